@@ -1,0 +1,1 @@
+"""A tiny example App for toolloop: each tool shows one kind of callable."""

@@ -1,0 +1,43 @@
+"""Approval gates: CEL expressions over ``args`` and ``effect`` (SPEC 6.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApprovalUnavailable(Exception):
+    pass
+
+
+class ApprovalGate:
+    """A compiled ``approval.when`` expression."""
+
+    def __init__(self, text: str):
+        try:
+            import celpy
+        except ImportError as exc:  # pragma: no cover - depends on the extra being installed
+            raise ApprovalUnavailable(
+                "approval expressions need the CEL extra: pip install 'toolloop[approval]'"
+            ) from exc
+        self._celpy = celpy
+        env = celpy.Environment()
+        self.text = text
+        self._program = env.program(env.compile(text))
+
+    def matches(self, args: dict, effect: str) -> bool:
+        cel = self._celpy
+        result = self._program.evaluate({"args": cel.json_to_cel(args), "effect": cel.json_to_cel(effect)})
+        if isinstance(result, Exception):
+            # an expression that cannot be evaluated on these args gates the call (fail closed)
+            return True
+        return bool(result)
+
+
+def compile_approval(text: str) -> tuple[ApprovalGate | None, str | None]:
+    try:
+        return ApprovalGate(text), None
+    except ApprovalUnavailable as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - the CEL parser's own error types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, f"approval expression does not compile: {first}"

@@ -1,0 +1,87 @@
+"""The frozen, compiled contract: what the engine runs against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .envelope import Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 1
+    backoff_s: float = 0.0
+    max_backoff_s: float | None = None
+    on: frozenset[str] = frozenset()
+
+    def delay(self, attempt: int, rand: float) -> float:
+        """Backoff before try ``attempt + 1`` (attempt counts from 1): exponential, full jitter, capped."""
+        base = self.backoff_s * (2 ** (attempt - 1))
+        if self.max_backoff_s is not None:
+            base = min(base, self.max_backoff_s)
+        return base * (0.5 + rand / 2)
+
+
+NO_RETRY = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One registered tool, compiled."""
+
+    subagent: str
+    id: str
+    kind: str  # callable | mcp
+    ref: str  # module:attr, or the MCP tool name
+    fn: Callable[..., Any] | None
+    is_async: bool
+    description: str
+    input_schema: Any
+    output_schema: Any
+    input_validator: Any
+    output_validator: Any
+    cacheable: bool
+    timeout_s: float | None
+    retry: RetryPolicy
+    isolation: str
+    max_in_flight: int | None
+    per_second: float | None
+    max_calls: int | None
+    effect: str
+    idempotent: bool
+    redact: tuple[str, ...]
+    approval: Any  # compiled approval gate or None
+    approval_text: str | None
+    dispatch: tuple[str, ...]
+    envelope: Envelope | None
+    contract_sha256: str
+    mcp: Any = None  # McpDecl for MCP tools
+
+
+@dataclass(frozen=True, slots=True)
+class SubagentSpec:
+    id: str
+    tools: Mapping[str, ToolSpec]
+    allowed_tools: tuple[str, ...]
+    max_calls: int | None
+    tool_timeout_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """A registry compiled: resolved callables, validators, envelopes and hashes."""
+
+    file: str
+    app_root: str
+    subagents: Mapping[str, SubagentSpec]
+    contract_sha256: str
+    evidence: Callable[..., Any] | None = None
+    decl: Any = field(default=None, compare=False)
+
+    def tool_hashes(self) -> dict[str, str]:
+        return {
+            f"{s.id}/{t.id}": t.contract_sha256
+            for s in self.subagents.values()
+            for t in s.tools.values()
+        }

@@ -1,0 +1,97 @@
+"""Control envelopes (SPEC 5.7): compiled with the registry, applied to results.
+
+The envelope reads a producer-owned result only through the field names the registry maps;
+nothing here knows any field by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .models import EnvelopeDecl
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    role: str
+    status_field: str
+    continue_statuses: frozenset[str]
+    stop_statuses: frozenset[str]
+    diagnosis: tuple[tuple[str, str], ...]  # (reported name, result field)
+    diagnosis_fields: tuple[str, ...]
+    handoff_fields: tuple[str, ...]
+
+    def read(self, result: Any) -> tuple[dict | None, str | None]:
+        """(envelope reading, problem). A problem means the result is ``invalid_output``."""
+        if not isinstance(result, dict):
+            return None, "result is not an object, so the control envelope cannot read it"
+        if self.status_field not in result:
+            return None, f"result has no '{self.status_field}' (the envelope's status_field)"
+        status = result[self.status_field]
+        if not isinstance(status, str):
+            return None, f"'{self.status_field}' must be a string, found {type(status).__name__}"
+        if status in self.continue_statuses:
+            decision = "continue"
+        elif status in self.stop_statuses:
+            decision = "stop"
+        else:
+            return None, (
+                f"producer status '{status}' is in neither continue_statuses nor stop_statuses"
+            )
+        diagnosis = None
+        if self.diagnosis:
+            diagnosis = {name: result.get(field) for name, field in self.diagnosis}
+            diagnosis["fields"] = {f: result.get(f) for f in self.diagnosis_fields}
+        handoff = {f: result[f] for f in self.handoff_fields if f in result}
+        return {"status": status, "decision": decision, "diagnosis": diagnosis, "handoff": handoff}, None
+
+
+def compile_envelope(decl: EnvelopeDecl, output_schema: Any) -> tuple[Envelope | None, list[tuple[tuple, str]]]:
+    """Compile; returns the envelope or the problems (path below ``control_envelope``, message)."""
+    problems: list[tuple[tuple, str]] = []
+    g = decl.graph
+    if not g.continue_statuses and not g.stop_statuses:
+        problems.append((("graph",), "continue_statuses and stop_statuses are both empty"))
+    both = set(g.continue_statuses) & set(g.stop_statuses)
+    if both:
+        problems.append((("graph",), f"status(es) {sorted(both)} are in both continue_statuses and stop_statuses"))
+    mapped: dict[str, str] = {"graph.status_field": g.status_field}
+    diag: tuple[tuple[str, str], ...] = ()
+    if decl.diagnosis is not None:
+        d = decl.diagnosis
+        diag = (
+            ("ready", d.ready_field),
+            ("reason_code", d.reason_code_field),
+            ("failure_kind", d.failure_kind_field),
+            ("facts", d.facts_field),
+        )
+        for name, field in diag:
+            mapped[f"diagnosis.{name}_field"] = field
+    seen: dict[str, str] = {}
+    for role, field in mapped.items():
+        if field in seen:
+            problems.append(((role.split(".")[0],), f"'{field}' is mapped twice ({seen[field]} and {role}): ambiguous"))
+        seen[field] = role
+    if isinstance(output_schema, dict) and output_schema.get("additionalProperties") is False:
+        declared = set((output_schema.get("properties") or {}).keys())
+        for role, field in mapped.items():
+            if field not in declared:
+                problems.append(((role.split(".")[0],), f"{role} '{field}' is not a property of the closed output_schema"))
+        for f in decl.handoff_fields:
+            if f not in declared:
+                problems.append((("handoff_fields",), f"handoff field '{f}' is not a property of the closed output_schema"))
+    if problems:
+        return None, problems
+    return (
+        Envelope(
+            role=decl.role,
+            status_field=g.status_field,
+            continue_statuses=frozenset(g.continue_statuses),
+            stop_statuses=frozenset(g.stop_statuses),
+            diagnosis=diag,
+            diagnosis_fields=tuple(decl.diagnosis.fields) if decl.diagnosis else (),
+            handoff_fields=tuple(decl.handoff_fields),
+        ),
+        [],
+    )

@@ -1,0 +1,98 @@
+"""Declaration types for the registry file (SPEC 2). Every mapping is closed."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+Schema = Union[dict[str, Any], StrictBool]
+PosFloat = Annotated[float, Field(gt=0)]
+
+
+class Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class RetryDecl(Closed):
+    max_attempts: Annotated[int, Field(ge=1, le=100)] = 1
+    backoff_s: Annotated[float, Field(ge=0)] = 0.0
+    max_backoff_s: Optional[Annotated[float, Field(ge=0)]] = None
+    on: list[Literal["timeout", "error"]] = ["timeout", "error"]
+
+
+class ConcurrencyDecl(Closed):
+    max_in_flight: Optional[Annotated[int, Field(ge=1)]] = None
+    per_second: Optional[PosFloat] = None
+
+
+class ApprovalDecl(Closed):
+    when: StrictStr
+
+
+class McpDecl(Closed):
+    command: Annotated[list[StrictStr], Field(min_length=1)]
+    env: dict[str, StrictStr] = {}
+    allow: Annotated[list[StrictStr], Field(min_length=1)]
+
+
+class GraphDecl(Closed):
+    status_field: StrictStr
+    continue_statuses: list[StrictStr]
+    stop_statuses: list[StrictStr]
+
+
+class DiagnosisDecl(Closed):
+    ready_field: StrictStr
+    reason_code_field: StrictStr
+    failure_kind_field: StrictStr
+    facts_field: StrictStr
+    fields: list[StrictStr]
+
+
+class EnvelopeDecl(Closed):
+    version: Literal[1]
+    role: StrictStr
+    graph: GraphDecl
+    diagnosis: Optional[DiagnosisDecl] = None
+    handoff_fields: list[StrictStr] = []
+
+
+class ToolDecl(Closed):
+    callable: Optional[StrictStr] = None
+    mcp: Optional[McpDecl] = None
+    description: Optional[StrictStr] = None
+    input_schema: Optional[Schema] = None
+    output_schema: Optional[Schema] = None
+    cacheable: StrictBool = False
+    timeout_s: Optional[PosFloat] = None
+    retry: Optional[RetryDecl] = None
+    isolation: Literal["thread", "process"] = "thread"
+    concurrency: Optional[ConcurrencyDecl] = None
+    max_calls: Optional[Annotated[int, Field(ge=0)]] = None
+    effect: Literal["read", "write", "destructive"] = "read"
+    idempotent: StrictBool = False
+    redact: list[StrictStr] = []
+    approval: Optional[ApprovalDecl] = None
+    dispatch: list[StrictStr] = []
+    control_envelope: Optional[EnvelopeDecl] = None
+
+
+class RunnerDefaults(Closed):
+    allowed_tools: Optional[list[StrictStr]] = None
+    max_calls: Optional[Annotated[int, Field(ge=0)]] = None
+    tool_timeout_s: Optional[PosFloat] = None
+
+
+class SubagentDecl(Closed):
+    tools: dict[str, ToolDecl]
+    runner_defaults: RunnerDefaults = RunnerDefaults()
+
+
+class RegistryDecl(Closed):
+    """The registry file: an App's tools, grouped by subagent."""
+
+    version: Literal[1]
+    app_root: Optional[StrictStr] = None
+    evidence: Optional[StrictStr] = None
+    subagents: dict[str, SubagentDecl]

@@ -1,0 +1,277 @@
+"""Loading, mechanical validation and compilation of a registry file."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import ValidationError
+
+from .._canonical import sha256_of
+from . import schemas
+from .approval import compile_approval
+from .callables import is_async, resolve
+from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec
+from .envelope import compile_envelope
+from .models import RegistryDecl, ToolDecl
+from .problems import Collector, Problem
+from .source import SourceMap, YamlRejected, load_yaml
+from .validation import report_model_errors
+
+
+def display_path(path: str | os.PathLike) -> str:
+    """The path as a user should see it: relative to the current folder when below it."""
+    p = FsPath(path)
+    try:
+        return str(p.resolve().relative_to(FsPath.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+@dataclass
+class LoadedDoc:
+    data: Any
+    smap: SourceMap
+    collector: Collector
+
+
+def load_document(path: str | os.PathLike) -> LoadedDoc:
+    """Read and parse a YAML file; load failures become findings (TL101, TL102, TL104...)."""
+    shown = display_path(path)
+    smap = SourceMap(shown)
+    col = Collector(smap)
+    try:
+        text = FsPath(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        col.add("TL101", f"file not found: {path}", hint="check the path")
+        return LoadedDoc(None, smap, col)
+    except (OSError, UnicodeDecodeError) as exc:
+        col.add("TL101", f"cannot read {path}: {exc}", hint="check the file is readable UTF-8 text")
+        return LoadedDoc(None, smap, col)
+    try:
+        data, smap, issues = load_yaml(text, shown)
+    except YamlRejected as rej:
+        i = rej.issue
+        col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, "", i.hint))
+        return LoadedDoc(None, smap, col)
+    col = Collector(smap)
+    for i in issues:
+        col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, ".".join(map(str, i.path)), i.hint))
+    if not isinstance(data, dict):
+        col.add("TL106", "the document must be a mapping at the top level", hint="start with 'version: 1'")
+        return LoadedDoc(None, smap, col)
+    return LoadedDoc(data, smap, col)
+
+
+def load_registry(
+    path: str | os.PathLike,
+    *,
+    default_timeout_s: float | None = None,
+    app_root: str | None = None,
+) -> tuple[Contract | None, list[Problem]]:
+    """Load, validate and compile a registry.
+
+    Returns the compiled ``Contract`` (None when any error was found) and every finding,
+    warnings included, sorted by place.
+    """
+    doc = load_document(path)
+    col = doc.collector
+    if doc.data is None:
+        return None, sorted(col.problems, key=lambda p: p.sort_key)
+    try:
+        decl = RegistryDecl.model_validate(doc.data)
+    except ValidationError as exc:
+        report_model_errors(exc, RegistryDecl, col)
+        return None, sorted(col.problems, key=lambda p: p.sort_key)
+    if col.has_errors:  # duplicate keys or bad tags: the data is not what the user meant
+        return None, sorted(col.problems, key=lambda p: p.sort_key)
+    contract = _compile(decl, FsPath(path), col, default_timeout_s, app_root)
+    problems = sorted(col.problems, key=lambda p: p.sort_key)
+    if col.has_errors:
+        return None, problems
+    return contract, problems
+
+
+def _root_for(decl: RegistryDecl, path: FsPath, col: Collector, override: str | None) -> str:
+    base = path.resolve().parent
+    if override is not None:
+        root = FsPath(override).resolve()
+    elif decl.app_root is not None:
+        root = (base / decl.app_root).resolve()
+    else:
+        root = base
+    if not root.is_dir():
+        col.add("TL312", f"app_root '{root}' is not a folder", ("app_root",), "point app_root at the folder holding the App package")
+    return str(root)
+
+
+def _compile(
+    decl: RegistryDecl,
+    path: FsPath,
+    col: Collector,
+    default_timeout_s: float | None,
+    app_root_override: str | None,
+) -> Contract | None:
+    root = _root_for(decl, path, col, app_root_override)
+    evidence = None
+    if decl.evidence is not None:
+        r = resolve(decl.evidence, root)
+        if r.fn is None:
+            col.add("TL360", f"evidence hook: {r.message}", ("evidence",), r.hint)
+        evidence = r.fn
+    subagents: dict[str, SubagentSpec] = {}
+    for sid, sdecl in decl.subagents.items():
+        tools: dict[str, ToolSpec] = {}
+        for tid, tdecl in sdecl.tools.items():
+            spec = _compile_tool(sid, tid, tdecl, sdecl.runner_defaults.tool_timeout_s, default_timeout_s, root, col)
+            if spec is not None:
+                tools[tid] = spec
+        names = set(sdecl.tools)
+        rd = sdecl.runner_defaults
+        for i, name in enumerate(rd.allowed_tools or []):
+            if name not in names:
+                _unknown_tool(col, "TL302", name, names, ("subagents", sid, "runner_defaults", "allowed_tools", i))
+        for tid, tdecl in sdecl.tools.items():
+            for i, name in enumerate(tdecl.dispatch):
+                if name not in names:
+                    _unknown_tool(col, "TL303", name, names, ("subagents", sid, "tools", tid, "dispatch", i))
+        allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sdecl.tools)
+        subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s)
+    if col.has_errors:
+        return None
+    return Contract(
+        file=str(path),
+        app_root=root,
+        subagents=subagents,
+        contract_sha256=sha256_of(decl.model_dump(mode="json")),
+        evidence=evidence,
+        decl=decl,
+    )
+
+
+def _unknown_tool(col: Collector, code: str, name: str, names: set[str], where: tuple) -> None:
+    from .problems import did_you_mean
+
+    near = did_you_mean(name, names)
+    col.add(code, f"'{name}' is not a tool of this subagent", where,
+            f"did you mean '{near}'?" if near else f"registered tools: {', '.join(sorted(names)) or 'none'}")
+
+
+def _compile_tool(
+    sid: str,
+    tid: str,
+    t: ToolDecl,
+    subagent_timeout: float | None,
+    default_timeout_s: float | None,
+    root: str,
+    col: Collector,
+) -> ToolSpec | None:
+    at = ("subagents", sid, "tools", tid)
+    errors_before = sum(p.level == "error" for p in col.problems)
+    if (t.callable is None) == (t.mcp is None):
+        col.add("TL309", f"tool '{tid}' needs exactly one of 'callable' or 'mcp'", at, "keep one of the two", at_key=True)
+    fn = None
+    if t.callable is not None:
+        for key in ("description", "input_schema", "output_schema"):
+            if getattr(t, key) is None:
+                col.add("TL202", f"required key '{key}' is missing for a callable tool", at,
+                        f"add '{key}:' ({'{}'} means open)" if key != "description" else "add 'description:'", at_key=True)
+        r = resolve(t.callable, root)
+        if r.fn is None:
+            col.add(r.code or "TL306", r.message, at + ("callable",), r.hint)
+        fn = r.fn
+    if t.timeout_s is None and subagent_timeout is None and default_timeout_s is None:
+        col.add("TL310", f"tool '{tid}' has no timeout", at,
+                "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
+    asynchronous = fn is not None and is_async(fn)
+    if t.isolation == "process" and asynchronous:
+        col.add("TL311", "isolation: process applies to sync callables only", at + ("isolation",),
+                "remove 'isolation' or make the callable sync")
+    validators = {}
+    for key in ("input_schema", "output_schema"):
+        schema = getattr(t, key)
+        if schema is None:
+            validators[key] = None
+            continue
+        ok = True
+        for spath, message in schemas.meta_errors(schema):
+            col.add("TL320", f"{key} is not a valid JSON Schema: {message}", at + (key,) + spath,
+                    "see https://json-schema.org/draft/2020-12 for the keyword's form")
+            ok = False
+        for spath, code, message in schemas.check_refs(schema):
+            col.add(code, message, at + (key,) + spath, "use a local reference such as '#/$defs/name'")
+            ok = False
+        if ok:
+            try:
+                validators[key] = schemas.compile_validator(schema, mask=bool(t.redact) or _has_write_only(schema))
+            except Exception as exc:  # noqa: BLE001 - the validator library's own errors
+                col.add("TL320", f"{key} does not compile: {str(exc).splitlines()[0]}", at + (key,))
+                validators[key] = None
+    envelope = None
+    if t.control_envelope is not None:
+        envelope, eprobs = compile_envelope(t.control_envelope, t.output_schema)
+        for sub, message in eprobs:
+            col.add("TL330", message, at + ("control_envelope",) + sub, "fix the envelope mapping (SPEC 5.7)")
+    redact = list(t.redact)
+    for i, ptr in enumerate(t.redact):
+        if ptr != "" and not ptr.startswith("/"):
+            col.add("TL340", f"redact entry '{ptr}' is not a JSON Pointer", at + ("redact", i), f"write '/{ptr}'")
+            continue
+        if not (schemas.pointer_can_match(t.input_schema, ptr) or schemas.pointer_can_match(t.output_schema, ptr)):
+            col.add("TL341", f"redact pointer '{ptr}' can never match the input or output schema", at + ("redact", i),
+                    "fix the pointer or remove it", level="warning")
+    for key in ("input_schema", "output_schema"):
+        schema = getattr(t, key)
+        for name, ptr, sub in schemas.iter_properties(schema):
+            if schemas.looks_secret(name) and sub.get("writeOnly") is not True and ptr not in t.redact:
+                col.add("TL342", f"property '{name}' looks like a secret but is not redacted", at + (key,),
+                        f"add '{ptr}' to redact, or mark it writeOnly: true", level="warning")
+        redact.extend(p for p in schemas.write_only_pointers(schema) if p not in redact)
+    if t.retry is not None and t.retry.max_backoff_s is not None and t.retry.max_backoff_s < t.retry.backoff_s:
+        col.add("TL351", "retry.max_backoff_s is below retry.backoff_s", at + ("retry",), "raise max_backoff_s")
+    gate = None
+    if t.approval is not None:
+        gate, err = compile_approval(t.approval.when)
+        if err:
+            col.add("TL350", err, at + ("approval", "when"), "write a CEL expression over 'args', e.g. args.amount > 200")
+    if sum(p.level == "error" for p in col.problems) > errors_before:
+        return None
+    retry = NO_RETRY
+    if t.retry is not None:
+        retry = RetryPolicy(t.retry.max_attempts, t.retry.backoff_s, t.retry.max_backoff_s, frozenset(t.retry.on))
+    timeout = t.timeout_s if t.timeout_s is not None else (subagent_timeout if subagent_timeout is not None else default_timeout_s)
+    return ToolSpec(
+        subagent=sid,
+        id=tid,
+        kind="callable" if t.callable is not None else "mcp",
+        ref=t.callable or "",
+        fn=fn,
+        is_async=asynchronous,
+        description=t.description or "",
+        input_schema=t.input_schema if t.input_schema is not None else {},
+        output_schema=t.output_schema if t.output_schema is not None else {},
+        input_validator=validators.get("input_schema"),
+        output_validator=validators.get("output_schema"),
+        cacheable=t.cacheable,
+        timeout_s=timeout,
+        retry=retry,
+        isolation=t.isolation,
+        max_in_flight=t.concurrency.max_in_flight if t.concurrency else None,
+        per_second=t.concurrency.per_second if t.concurrency else None,
+        max_calls=t.max_calls,
+        effect=t.effect,
+        idempotent=t.idempotent,
+        redact=tuple(redact),
+        approval=gate,
+        approval_text=t.approval.when if t.approval else None,
+        dispatch=tuple(t.dispatch),
+        envelope=envelope,
+        contract_sha256=sha256_of(t.model_dump(mode="json")),
+        mcp=t.mcp,
+    )
+
+
+def _has_write_only(schema: Any) -> bool:
+    return bool(schemas.write_only_pointers(schema))

@@ -1,0 +1,236 @@
+"""Sequential and parallel batches under trio nurseries, with receipts emitted in input order."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import trio
+
+from ..contract.schemas import schema_errors
+from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
+from ..receipts import STATUSES, Receipt
+from .call import RunContext, execute_call, not_run_receipt
+
+Sink = Callable[[Receipt], None]
+
+
+@dataclass(frozen=True)
+class HaltPolicy:
+    """``--halt now,fail=N`` or ``--halt soon,fail=P%``: stop the batch after failures."""
+
+    when: str  # now | soon
+    fail_count: int | None = None
+    fail_percent: float | None = None
+
+    def tripped(self, failed: int, total: int) -> bool:
+        if failed == 0:
+            return False
+        if self.fail_count is not None:
+            return failed >= self.fail_count
+        return total > 0 and failed * 100.0 >= (self.fail_percent or 0) * total
+
+    @classmethod
+    def parse(cls, text: str) -> "HaltPolicy":
+        """Parse ``now,fail=3`` / ``soon,fail=10%``; raises ValueError with a usable message."""
+        try:
+            when, rest = text.split(",", 1)
+            key, value = rest.split("=", 1)
+        except ValueError:
+            raise ValueError(f"--halt '{text}': expected now,fail=N or soon,fail=P%") from None
+        when, key, value = when.strip(), key.strip(), value.strip()
+        if when not in ("now", "soon") or key != "fail":
+            raise ValueError(f"--halt '{text}': expected now,fail=N or soon,fail=P%")
+        try:
+            if value.endswith("%"):
+                pct = float(value[:-1])
+                if not 0 < pct <= 100:
+                    raise ValueError
+                return cls(when, fail_percent=pct)
+            n = int(value)
+            if n < 1:
+                raise ValueError
+            return cls(when, fail_count=n)
+        except ValueError:
+            raise ValueError(f"--halt '{text}': fail= takes a count of 1 or more, or a percentage like 10%") from None
+
+
+class OrderedEmitter:
+    """Hands receipts to the sink in input order, each as soon as everything before it is done."""
+
+    def __init__(self, sink: Sink, expected: Iterable[int] | None = None):
+        self._sink = sink
+        self._pending: dict[int, Receipt] = {}
+        self._order = sorted(expected) if expected is not None else None
+        self._pos = 0
+        self._next = 0
+
+    def _advance(self) -> int | None:
+        if self._order is None:
+            return self._next
+        return self._order[self._pos] if self._pos < len(self._order) else None
+
+    def done(self, receipt: Receipt) -> None:
+        self._pending[receipt.seq] = receipt
+        nxt = self._advance()
+        while nxt is not None and nxt in self._pending:
+            self._sink(self._pending.pop(nxt))
+            if self._order is None:
+                self._next += 1
+            else:
+                self._pos += 1
+            nxt = self._advance()
+
+    def flush(self) -> None:
+        """Emit whatever is left (after an interruption), still in seq order."""
+        for seq in sorted(self._pending):
+            self._sink(self._pending.pop(seq))
+
+
+@dataclass
+class BatchState:
+    total: int
+    halt: HaltPolicy | None = None
+    counts: dict[str, int] = field(default_factory=lambda: {s: 0 for s in STATUSES})
+    failed: int = 0
+    halted: bool = False
+    interrupted: bool = False
+    in_flight: set = field(default_factory=set)
+
+    def record(self, receipt: Receipt) -> None:
+        self.counts[receipt.status] += 1
+        if receipt.status not in ("ok", "skipped"):
+            self.failed += 1
+            if self.halt is not None and not self.halted and self.halt.tripped(self.failed, self.total):
+                self.halted = True
+                if self.halt.when == "now":
+                    for scope in list(self.in_flight):
+                        scope.cancel()
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        for scope in list(self.in_flight):
+            scope.cancel()
+
+
+async def _run_lane(ctx: RunContext, lane: AdmittedLane, calls: list[AdmittedCall],
+                    emitter: OrderedEmitter, state: BatchState) -> None:
+    payload = dict(lane.payload) if lane.payload is not None else None
+    stop_reason: str | None = None
+    for call in calls:
+        if state.interrupted:
+            return  # not started: no receipt, so resume runs it
+        tool = call.tool
+        if stop_reason is not None or state.halted:
+            reason = stop_reason or f"the batch was halted ({_halt_text(state.halt)})"
+            receipt = not_run_receipt(ctx, tool, call.args, seq=call.seq, item_key=call.item_key,
+                                      call_key=call.call_key, status="skipped", message=reason,
+                                      args_sha256=call.args_sha256)
+            state.record(receipt)
+            emitter.done(receipt)
+            continue
+        args = call.args
+        if args is None:  # fed from the lane payload, which earlier calls may have extended
+            args = project_payload(tool, payload or {})
+            if tool.input_validator is not None and not tool.input_validator.is_valid(args):
+                msg = "; ".join(schema_errors(tool.input_validator, args, limit=3))
+                receipt = not_run_receipt(ctx, tool, args, seq=call.seq, item_key=call.item_key,
+                                          call_key=call.call_key, status="invalid_input",
+                                          message=f"arguments from the lane payload fail input_schema: {msg}")
+                state.record(receipt)
+                emitter.done(receipt)
+                stop_reason = f"call '{call.call_key}' in this lane ended invalid_input"
+                continue
+        with trio.CancelScope() as scope:
+            state.in_flight.add(scope)
+            try:
+                receipt, _value, envelope = await execute_call(
+                    ctx, tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
+                    args_sha256=call.args_sha256,
+                )
+            finally:
+                state.in_flight.discard(scope)
+        if scope.cancelled_caught:
+            why = "interrupted by a signal" if state.interrupted else f"the batch was halted ({_halt_text(state.halt)})"
+            receipt = not_run_receipt(ctx, tool, args, seq=call.seq, item_key=call.item_key,
+                                      call_key=call.call_key, status="cancelled", message=why,
+                                      args_sha256=call.args_sha256)
+            envelope = None
+        state.record(receipt)
+        emitter.done(receipt)
+        if receipt.status != "ok":
+            stop_reason = f"call '{call.call_key}' in this lane ended {receipt.status}"
+        elif envelope is not None:
+            if envelope["decision"] == "stop":
+                stop_reason = f"call '{call.call_key}' reported status '{envelope['status']}' (control envelope: stop)"
+            if payload is not None and envelope["handoff"]:
+                payload.update(envelope["handoff"])
+
+
+def _halt_text(h: HaltPolicy | None) -> str:
+    if h is None:
+        return "halt"
+    return f"--halt {h.when},fail={h.fail_count if h.fail_count is not None else f'{h.fail_percent:g}%'}"
+
+
+async def run_lanes(
+    ctx: RunContext,
+    lanes: list[AdmittedLane],
+    max_concurrency: int,
+    sink: Sink,
+    *,
+    halt: HaltPolicy | None = None,
+    skip_seqs: frozenset[int] = frozenset(),
+    prior: Iterable[Receipt] = (),
+    state: BatchState | None = None,
+) -> BatchState:
+    """Run lanes: calls serial inside a lane, lanes concurrent up to ``max_concurrency``.
+
+    ``skip_seqs`` are calls already settled (resume); their receipts come in ``prior`` and are
+    emitted in order with the new ones.
+    """
+    work = [(lane, [c for c in lane.calls if c.seq not in skip_seqs]) for lane in lanes]
+    expected = [c.seq for lane in lanes for c in lane.calls]
+    total = len(expected)
+    state = state or BatchState(total=total, halt=halt)
+    state.total, state.halt = total, halt
+    emitter = OrderedEmitter(sink, expected if skip_seqs or _gappy(expected) else None)
+    for r in sorted(prior, key=lambda r: r.seq):
+        state.counts[r.status] += 1
+        emitter.done(r)
+    pending = iter([(lane, calls) for lane, calls in work if calls])
+
+    async def worker() -> None:
+        for lane, calls in pending:
+            await _run_lane(ctx, lane, calls, emitter, state)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(max(1, min(max_concurrency, len(work)))):
+            nursery.start_soon(worker)
+    emitter.flush()
+    return state
+
+
+def _gappy(seqs: list[int]) -> bool:
+    return any(s != i for i, s in enumerate(seqs))
+
+
+async def run_batch(ctx: RunContext, calls: list[AdmittedCall], sink: Sink, **kw: Any) -> BatchState:
+    """A sequential list: one lane, run in order."""
+    lane = AdmittedLane(0, None, None, calls)
+    return await run_lanes(ctx, [lane], 1, sink, **kw)
+
+
+async def run_parallel_batch(ctx: RunContext, lanes: list[AdmittedLane], max_concurrency: int,
+                             sink: Sink, **kw: Any) -> BatchState:
+    """Governed parallel lanes; ``ctx.parallel_batch_id`` is set if the caller left it empty."""
+    if ctx.parallel_batch_id is None:
+        ctx.parallel_batch_id = uuid.uuid4().hex
+    return await run_lanes(ctx, lanes, max_concurrency, sink, **kw)
+
+
+def new_run_id() -> str:
+    """Sortable run ids: UTC time to the second, then randomness."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]

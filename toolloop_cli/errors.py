@@ -1,0 +1,52 @@
+"""The exception tree, split by who is at fault.
+
+    ToolloopError
+    ├── UsageError        the command line is wrong (exit 2)
+    ├── ConfigError       a registry or plan was rejected; carries Problems (exit 3, or 1 for validate)
+    ├── RunError          a run could not go on (journal locked, contract drift on resume, ...)
+    └── InternalError     a bug in toolloop itself
+
+A tool call that fails is never an exception at this level: it is a receipt.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .contract.problems import Problem
+
+
+class ToolloopError(Exception):
+    """Base of every error toolloop raises on purpose."""
+
+
+class UsageError(ToolloopError):
+    """The command line or an API argument is wrong (a missing file, a bad flag value)."""
+
+
+class ConfigError(ToolloopError):
+    """A registry or plan was rejected; ``problems`` lists every finding, sorted by place."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = sorted(problems, key=lambda p: p.sort_key)
+        super().__init__(f"{len(self.problems)} problem(s)")
+
+
+class RunError(ToolloopError):
+    """A run cannot start or go on for a reason outside any single call."""
+
+
+class InternalError(ToolloopError):
+    """A bug in toolloop: please report it with the command that caused it."""
+
+
+class DispatchError(ToolloopError):
+    """Raised inside a callable when ``dispatch`` is refused or the dispatched call is not ok.
+
+    ``receipt`` is the dispatched call's receipt (as a dict), or None when nothing ran.
+    """
+
+    def __init__(self, message: str, receipt: dict | None = None):
+        self.receipt = receipt
+        super().__init__(message)

@@ -1,0 +1,290 @@
+"""Whole-plan admission: every problem at once, before anything runs (SPEC 4)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import IO, Any, Iterable
+
+import orjson
+from pydantic import ValidationError
+
+from .._canonical import sha256_of
+from ..contract.compiled import Contract, SubagentSpec, ToolSpec
+from ..contract.problems import Collector, Problem, did_you_mean
+from ..contract.registry import display_path, load_document, load_registry
+from ..contract.schemas import schema_errors
+from ..contract.source import SourceMap
+from ..contract.validation import report_model_errors
+from ..errors import ConfigError
+from .models import MODE_KEYS, LaneDecl, PlanDecl
+
+@dataclass(slots=True)
+class AdmittedCall:
+    seq: int
+    lane: int
+    item_key: str | None
+    call_key: str
+    tool: ToolSpec
+    args: dict | None  # None: fed from the lane payload when the call starts
+    args_sha256: str | None
+
+
+@dataclass(slots=True)
+class AdmittedLane:
+    index: int
+    item_key: str | None
+    payload: dict | None
+    calls: list[AdmittedCall]
+
+
+@dataclass
+class AdmittedPlan:
+    """A plan checked against its contract, ready to run."""
+
+    path: str
+    decl: PlanDecl
+    contract: Contract
+    subagent: SubagentSpec
+    mode: str
+    lanes: list[AdmittedLane]
+    max_concurrency: int
+    plan_sha256: str
+    registry_path: str
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def calls(self) -> Iterable[AdmittedCall]:
+        for lane in self.lanes:
+            yield from lane.calls
+
+    @property
+    def total_calls(self) -> int:
+        return sum(len(lane.calls) for lane in self.lanes)
+
+
+def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
+    """Parse a plan file into its declaration; problems go to the returned collector."""
+    doc = load_document(path)
+    col = doc.collector
+    if doc.data is None:
+        return None, col
+    try:
+        decl = PlanDecl.model_validate(doc.data)
+    except ValidationError as exc:
+        report_model_errors(exc, PlanDecl, col)
+        return None, col
+    for mode, keys in MODE_KEYS.items():
+        if mode == decl.mode:
+            continue
+        for key in keys:
+            if key in doc.data and key not in MODE_KEYS[decl.mode]:
+                col.add("TL205", f"'{key}' is not used in {decl.mode} mode", (key,),
+                        f"remove it, or set mode: {mode}", at_key=True)
+    if col.has_errors:
+        return None, col
+    return decl, col
+
+
+def registry_path_for(plan_path: str | os.PathLike, decl: PlanDecl, override: str | None) -> str | None:
+    if override is not None:
+        return override
+    if decl.registry is None:
+        return None
+    return str((FsPath(plan_path).parent / decl.registry))
+
+
+class _Admitter:
+    def __init__(self, contract: Contract, sub: SubagentSpec, col: Collector):
+        self.contract = contract
+        self.sub = sub
+        self.col = col
+        self.seq = 0
+        self.item_keys: dict[str, int] = {}
+        self.per_tool: dict[str, int] = {}
+        self.lanes: list[AdmittedLane] = []
+        self.extra: list[Problem] = []
+
+    def call(self, lane: int, item_key: str | None, index: int, decl: Any, at: tuple,
+             keys: dict[str, int], payload: dict | None, fed_later: bool, col: Collector) -> AdmittedCall | None:
+        call_key = decl.call_key if decl.call_key is not None else str(index)
+        ok = True
+        if call_key in keys:
+            where = "this lane" if item_key is not None else "this plan"
+            col.add("TL406", f"duplicate call_key '{call_key}' in {where} (first at call {keys[call_key]})",
+                    at + ("call_key",) if decl.call_key is not None else at, "give each call its own call_key")
+            ok = False
+        else:
+            keys[call_key] = index
+        tool = self.sub.tools.get(decl.tool)
+        if tool is None:
+            near = did_you_mean(decl.tool, self.sub.tools)
+            col.add("TL402", f"unknown tool '{decl.tool}' in subagent '{self.sub.id}'", at + ("tool",),
+                    f"did you mean '{near}'?" if near else f"known tools: {', '.join(sorted(self.sub.tools))}")
+            return None
+        if decl.tool not in self.sub.allowed_tools:
+            col.add("TL403", f"tool '{decl.tool}' is not in runner_defaults.allowed_tools of '{self.sub.id}'",
+                    at + ("tool",), "add it to allowed_tools in the registry, or call another tool")
+            ok = False
+        self.per_tool[decl.tool] = self.per_tool.get(decl.tool, 0) + 1
+        args = decl.args
+        if args is None and payload is not None:
+            if fed_later:
+                return AdmittedCall(self.seq, lane, item_key, call_key, tool, None, None) if ok else None
+            args = project_payload(tool, payload)
+        elif args is None:
+            args = {}
+        if tool.input_validator is not None and not tool.input_validator.is_valid(args):
+            for msg in schema_errors(tool.input_validator, args, limit=5):
+                col.add("TL404", f"arguments for '{decl.tool}' fail its input_schema: {msg}",
+                        at + ("args",) if decl.args is not None else at, "pass exactly the arguments the schema declares")
+            ok = False
+        if not ok:
+            return None
+        return AdmittedCall(self.seq, lane, item_key, call_key, tool, args, sha256_of(args))
+
+    def lane(self, decl: LaneDecl, at: tuple, col: Collector) -> None:
+        index = len(self.lanes)
+        if decl.item_key in self.item_keys:
+            col.add("TL405", f"duplicate item_key '{decl.item_key}' (first in lane {self.item_keys[decl.item_key]})",
+                    at + ("item_key",), "item keys must be unique across the plan")
+        else:
+            self.item_keys[decl.item_key] = index
+        keys: dict[str, int] = {}
+        calls = []
+        fed_later = False
+        for i, c in enumerate(decl.calls):
+            admitted = self.call(index, decl.item_key, i, c, at + ("calls", i), keys, decl.payload, fed_later, col)
+            self.seq += 1
+            if admitted is not None:
+                calls.append(admitted)
+                if admitted.tool.envelope is not None and admitted.tool.envelope.handoff_fields:
+                    fed_later = True
+        self.lanes.append(AdmittedLane(index, decl.item_key, decl.payload, calls))
+
+    def limits(self, at: tuple) -> None:
+        total = self.seq
+        if self.sub.max_calls is not None and total > self.sub.max_calls:
+            self.col.add("TL407", f"the plan makes {total} calls; subagent '{self.sub.id}' allows {self.sub.max_calls}",
+                         at, "split the plan or raise runner_defaults.max_calls")
+        for tid, n in sorted(self.per_tool.items()):
+            tool = self.sub.tools.get(tid)
+            if tool is not None and tool.max_calls is not None and n > tool.max_calls:
+                self.col.add("TL408", f"the plan calls '{tid}' {n} times; its max_calls is {tool.max_calls}",
+                             at, "reduce the calls to this tool or raise its max_calls")
+
+
+def project_payload(tool: ToolSpec, payload: dict) -> dict:
+    """The lane payload as this tool's arguments: a closed object schema takes its declared
+    top-level properties only; any other schema takes the whole payload."""
+    schema = tool.input_schema
+    if isinstance(schema, dict) and schema.get("type") == "object" and schema.get("additionalProperties") is False:
+        declared = schema.get("properties") or {}
+        return {k: v for k, v in payload.items() if k in declared}
+    return dict(payload)
+
+
+def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Problem]) -> None:
+    for lineno, raw in enumerate(source, start=1):
+        if not raw.strip():
+            continue
+        col = Collector(SourceMap(shown, values={(): (lineno, 1)}))
+        try:
+            data = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
+            problems.extend(col.problems)
+            continue
+        if not isinstance(data, dict):
+            col.add("TL414", "line is not a lane object", hint='write {"item_key": ..., "calls": [...]}')
+            problems.extend(col.problems)
+            continue
+        try:
+            lane = LaneDecl.model_validate(data)
+        except ValidationError as exc:
+            report_model_errors(exc, LaneDecl, col)
+            problems.extend(col.problems)
+            continue
+        adm.lane(lane, (), col)
+        problems.extend(col.problems)
+
+
+def admit_plan(
+    path: str | os.PathLike,
+    *,
+    registry: str | None = None,
+    app_root: str | None = None,
+    max_concurrency: int | None = None,
+    lanes: IO[bytes] | None = None,
+    lanes_name: str = "-",
+    default_timeout_s: float | None = None,
+) -> AdmittedPlan:
+    """Load a plan and its registry and admit the whole plan; raises ``ConfigError`` listing
+    every problem (plan and registry alike) when anything is wrong."""
+    decl, col = load_plan(path)
+    if decl is None:
+        raise ConfigError(col.problems)
+    reg_path = registry_path_for(path, decl, registry)
+    if reg_path is None:
+        col.add("TL412", "the plan names no registry", (), "add 'registry: path/to/registry.yml' or pass --registry")
+        raise ConfigError(col.problems)
+    if not FsPath(reg_path).is_file():
+        col.add("TL412", f"registry not found: {reg_path}", ("registry",), "fix the path (relative to the plan file) or pass --registry")
+        raise ConfigError(col.problems)
+    contract, reg_problems = load_registry(reg_path, default_timeout_s=default_timeout_s, app_root=app_root)
+    if contract is None:
+        raise ConfigError(col.problems + reg_problems)
+    warnings = [p for p in reg_problems if p.level == "warning"]
+    sub = contract.subagents.get(decl.subagent)
+    if sub is None:
+        near = did_you_mean(decl.subagent, contract.subagents)
+        col.add("TL401", f"unknown subagent '{decl.subagent}'", ("subagent",),
+                f"did you mean '{near}'?" if near else f"subagents: {', '.join(sorted(contract.subagents))}")
+        raise ConfigError(col.problems)
+    adm = _Admitter(contract, sub, col)
+    if decl.mode == "sequential":
+        if decl.calls is None:
+            col.add("TL202", "a sequential plan needs 'calls'", (), "add 'calls:' with a list of calls", at_key=True)
+        keys: dict[str, int] = {}
+        calls = []
+        for i, c in enumerate(decl.calls or []):
+            admitted = adm.call(0, None, i, c, ("calls", i), keys, None, False, col)
+            adm.seq += 1
+            if admitted is not None:
+                calls.append(admitted)
+        adm.lanes.append(AdmittedLane(0, None, None, calls))
+    elif decl.mode == "parallel":
+        for i, lane in enumerate(decl.lanes or []):
+            adm.lane(lane, ("lanes", i), col)
+        if lanes is not None:
+            _read_lanes(lanes, lanes_name, adm, adm.extra)
+        elif decl.lanes is None:
+            col.add("TL202", "a parallel plan needs 'lanes' (or --lanes FILE)", (), "add 'lanes:'", at_key=True)
+    else:
+        from .routed import admit_routed
+
+        admit_routed(decl, sub, col)
+    adm.limits(("calls",) if decl.mode == "sequential" else ("lanes",) if decl.lanes is not None else ())
+    mc = max_concurrency if max_concurrency is not None else decl.max_concurrency
+    if decl.mode == "parallel":
+        if mc is None:
+            col.add("TL409", "max_concurrency is missing", (), "add 'max_concurrency: 4' or pass --max-concurrency 4", at_key=True)
+        elif mc < 1:
+            where = ("max_concurrency",) if max_concurrency is None else ()
+            col.add("TL409", f"max_concurrency must be at least 1, found {mc}", where, "use 1 or more")
+    problems = col.problems + adm.extra
+    if any(p.level == "error" for p in problems):
+        raise ConfigError(problems)
+    return AdmittedPlan(
+        path=display_path(path),
+        decl=decl,
+        contract=contract,
+        subagent=sub,
+        mode=decl.mode,
+        lanes=adm.lanes,
+        max_concurrency=mc or 1,
+        plan_sha256=sha256_of(decl.model_dump(mode="json")),
+        registry_path=reg_path,
+        warnings=warnings,
+    )

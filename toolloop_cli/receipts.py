@@ -1,0 +1,106 @@
+"""The Receipt record and its statuses (plain data, SPEC 9)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+STATUSES = (
+    "ok", "error", "timeout", "invalid_input", "invalid_output", "skipped", "cancelled",
+    "denied", "duplicate", "budget_exceeded", "interrupted",
+)
+SUMMARY_STATUSES = ("ok", "failed", "rejected", "stopped", "interrupted")
+EXIT_CODES = {"ok": 0, "failed": 1, "rejected": 3, "stopped": 4, "interrupted": 130}
+# statuses retried by resume --retry-failed
+FAILED_STATUSES = frozenset({"error", "timeout", "invalid_output"})
+
+
+def rfc3339(epoch_s: float | None) -> str | None:
+    """RFC 3339 UTC with microseconds, e.g. 2026-01-02T03:04:05.678901Z."""
+    if epoch_s is None:
+        return None
+    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    run_id: str
+    seq: int
+    completion_seq: int
+    subagent: str
+    tool: str
+    parallel_batch_id: str | None
+    item_key: str | None
+    call_key: str | None
+    parent_receipt_id: str | None
+    iteration: int | None
+    receipt_id: str
+    status: str
+    abandoned: bool
+    attempts: int
+    cache: str
+    args_sha256: str | None
+    args: Any
+    result: Any
+    error: dict | None
+    envelope: dict | None
+    started_at: str | None
+    finished_at: str | None
+    duration_ms: float
+
+    def as_record(self) -> dict:
+        """The JSON Lines record: every SPEC 9 key, in SPEC order."""
+        return {
+            "type": "receipt",
+            "run_id": self.run_id,
+            "seq": self.seq,
+            "completion_seq": self.completion_seq,
+            "subagent": self.subagent,
+            "tool": self.tool,
+            "parallel_batch_id": self.parallel_batch_id,
+            "item_key": self.item_key,
+            "call_key": self.call_key,
+            "parent_receipt_id": self.parent_receipt_id,
+            "iteration": self.iteration,
+            "receipt_id": self.receipt_id,
+            "status": self.status,
+            "abandoned": self.abandoned,
+            "attempts": self.attempts,
+            "cache": self.cache,
+            "args_sha256": self.args_sha256,
+            "args": self.args,
+            "result": self.result,
+            "error": self.error,
+            "envelope": self.envelope,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_ms": self.duration_ms,
+        }
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Receipt":
+        return cls(**{k: v for k, v in rec.items() if k != "type"})
+
+
+def summary_status(counts: dict[str, int], *, stopped: bool = False, interrupted: bool = False) -> str:
+    if interrupted:
+        return "interrupted"
+    if stopped:
+        return "stopped"
+    return "ok" if all(s == "ok" for s, n in counts.items() if n) else "failed"
+
+
+def summary_record(run_id: str, mode: str, status: str, counts: dict[str, int], duration_ms: float,
+                   contract_sha256: str, outcome: str | None = None, final: Any = None) -> dict:
+    return {
+        "type": "summary",
+        "run_id": run_id,
+        "mode": mode,
+        "status": status,
+        "outcome": outcome,
+        "final": final,
+        "counts": {s: counts.get(s, 0) for s in STATUSES},
+        "duration_ms": round(duration_ms, 3),
+        "contract_sha256": contract_sha256,
+    }

@@ -1,0 +1,106 @@
+"""Lint formats for findings: text, json, github, sarif. Pure functions: data in, text out."""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable
+
+from ..contract.problems import CODES, Problem
+
+
+def format_text(problems: Iterable[Problem]) -> str:
+    """One finding per line: ``FILE:LINE:COL: LEVEL CODE message``."""
+    lines = []
+    for p in problems:
+        where = f"{p.path}: " if p.path else ""
+        hint = f" ({p.hint})" if p.hint else ""
+        lines.append(f"{p.file}:{p.line}:{p.col}: {p.level} {p.code} {where}{p.message}{hint}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def format_json(problems: Iterable[Problem]) -> str:
+    return json.dumps([p.as_dict() for p in problems], indent=2) + "\n"
+
+
+def _gh_escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_escape_prop(s: str) -> str:
+    return _gh_escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def format_github(problems: Iterable[Problem]) -> str:
+    """GitHub Actions workflow commands, one annotation per finding."""
+    lines = []
+    for p in problems:
+        kind = "error" if p.level == "error" else "warning"
+        props = f"file={_gh_escape_prop(p.file)},line={p.line},col={p.col},title={_gh_escape_prop(p.code)}"
+        text = f"{p.path}: {p.message}" if p.path else p.message
+        if p.hint:
+            text += f" ({p.hint})"
+        lines.append(f"::{kind} {props}::{_gh_escape_data(text)}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def sarif_document(problems: list[Problem], version: str) -> dict:
+    """A SARIF 2.1.0 log with one run; rules are the finding codes that occur."""
+    used = sorted({p.code for p in problems})
+    rules = [
+        {
+            "id": code,
+            "name": "".join(w.capitalize() for w in CODES.get(code, code).replace("$", "").split()[:6]),
+            "shortDescription": {"text": CODES.get(code, code)},
+            "helpUri": "https://toolloop.invalid/docs/findings#" + code.lower(),
+        }
+        for code in used
+    ]
+    index = {code: i for i, code in enumerate(used)}
+    results = []
+    for p in problems:
+        text = f"{p.path}: {p.message}" if p.path else p.message
+        if p.hint:
+            text += f" ({p.hint})"
+        results.append(
+            {
+                "ruleId": p.code,
+                "ruleIndex": index[p.code],
+                "level": "error" if p.level == "error" else "warning",
+                "message": {"text": text},
+                "locations": [
+                    {
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": p.file.replace("\\", "/")},
+                            "region": {"startLine": p.line, "startColumn": p.col},
+                        }
+                    }
+                ],
+            }
+        )
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {"driver": {"name": "toolloop", "version": version, "rules": rules}},
+                "results": results,
+            }
+        ],
+    }
+
+
+def format_sarif(problems: list[Problem], version: str) -> str:
+    return json.dumps(sarif_document(problems, version), indent=2) + "\n"
+
+
+FORMATS = ("text", "json", "github", "sarif")
+
+
+def render(problems: list[Problem], fmt: str, version: str) -> str:
+    if fmt == "text":
+        return format_text(problems)
+    if fmt == "json":
+        return format_json(problems)
+    if fmt == "github":
+        return format_github(problems)
+    return format_sarif(problems, version)
