@@ -1,0 +1,1 @@
+"""Tools used by the test suite (an App like any other)."""

@@ -1,0 +1,65 @@
+"""The toolloop command line. Commands parse, call, render and set the exit code; nothing else.
+
+Heavy imports live inside the commands so that ``--help`` and shell completion stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from . import lint_cmds, run_cmds, runs_cmds
+
+app = typer.Typer(
+    name="toolloop",
+    help="Run registered callables from declarative plans: every call admitted, timed out, retried, "
+    "cached, redacted, journaled and returned as a receipt.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .common import version
+
+        typer.echo(f"toolloop {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Run registered callables from declarative plans."""
+
+
+app.command()(lint_cmds.validate)
+app.command()(lint_cmds.tools)
+app.command()(lint_cmds.schema)
+app.command()(lint_cmds.lock)
+app.command()(run_cmds.run)
+app.command()(run_cmds.call)
+app.command()(runs_cmds.resume)
+app.add_typer(runs_cmds.runs_app, name="runs")
+
+
+def main() -> None:
+    """Console-script entry point: user mistakes end with a message and an exit code, never a traceback."""
+    import sys
+
+    from ..errors import ConfigError, RunError, UsageError
+
+    try:
+        app()
+    except (UsageError, RunError) as exc:
+        sys.stderr.write(f"toolloop: error: {exc}\n")
+        sys.exit(2 if isinstance(exc, UsageError) else 1)
+    except ConfigError as exc:
+        from .common import print_findings
+
+        print_findings(exc.problems)
+        sys.exit(3)

@@ -1,0 +1,81 @@
+"""What every command shares: consoles, output format choice, reporting findings and errors."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from typing import IO, Any, NoReturn
+
+import typer
+
+
+class DataFormat(str, Enum):
+    auto = "auto"
+    table = "table"
+    jsonl = "jsonl"
+    json = "json"
+
+
+class LintFormat(str, Enum):
+    text = "text"
+    json = "json"
+    github = "github"
+    sarif = "sarif"
+
+
+def err_console() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, no_color="NO_COLOR" in os.environ or None, highlight=False)
+
+
+def out_console(file: IO[str] | None = None) -> Any:
+    from rich.console import Console
+
+    return Console(file=file, no_color="NO_COLOR" in os.environ or None, highlight=False)
+
+
+def fail(message: str, code: int = 2, hint: str | None = None) -> NoReturn:
+    """Print ``toolloop: error: message`` (and a hint) on stderr and exit with ``code``."""
+    sys.stderr.write(f"toolloop: error: {message}\n")
+    if hint:
+        sys.stderr.write(f"  hint: {hint}\n")
+    raise typer.Exit(code)
+
+
+def print_findings(problems: list, stream: IO[str] | None = None) -> None:
+    from ..render.lint import format_text
+
+    (stream or sys.stderr).write(format_text(problems))
+
+
+def resolve_format(fmt: DataFormat, stream: IO[Any]) -> str:
+    if fmt is DataFormat.auto:
+        try:
+            return "table" if stream.isatty() else "jsonl"
+        except (AttributeError, ValueError):
+            return "jsonl"
+    return fmt.value
+
+
+def record_writer(fmt: str, out: IO[bytes]) -> Any:
+    from ..render.records import JsonArrayWriter, JsonlWriter, TableWriter
+
+    if fmt == "jsonl":
+        return JsonlWriter(out)
+    if fmt == "json":
+        return JsonArrayWriter(out)
+    import io
+
+    return TableWriter(out_console(io.TextIOWrapper(out, encoding="utf-8", write_through=True)))
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    try:
+        return _v("toolloop")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -1,0 +1,207 @@
+"""run and call: executing plans and single calls."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import IO, Any, Optional
+
+import typer
+
+from .common import DataFormat, err_console, fail, print_findings, record_writer, resolve_format
+
+
+def private_stdout() -> IO[bytes]:
+    """Keep standard output for records only: our writer gets a private copy of fd 1, and fd 1
+    itself (and sys.stdout) is pointed at standard error, so a tool that prints cannot corrupt
+    the JSON Lines stream."""
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(fd, "wb", buffering=0)
+
+
+class Output:
+    """Writes records in the chosen format; tolerates the reader going away."""
+
+    def __init__(self, fmt: DataFormat):
+        real = sys.stdout
+        self.fmt = resolve_format(fmt, real)
+        self.is_tty = real.isatty() if hasattr(real, "isatty") else False
+        self.stream = private_stdout()
+        self.writer = record_writer(self.fmt, self.stream)
+        self.broken = False
+
+    def write(self, record: dict) -> None:
+        if self.broken:
+            return
+        try:
+            self.writer.write(record)
+        except BrokenPipeError:
+            self.broken = True
+            raise
+
+    def close(self) -> None:
+        if self.broken:
+            return
+        try:
+            self.writer.close()
+        except BrokenPipeError:
+            self.broken = True
+
+
+def quiet_broken_pipe() -> None:
+    # Point the private stream at /dev/null so interpreter shutdown does not complain.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+
+
+def run(
+    plan: Path = typer.Argument(..., help="Plan YAML file."),
+    registry: Optional[Path] = typer.Option(None, "--registry", help="Registry file (overrides the plan's)."),
+    app_root: Optional[Path] = typer.Option(None, "--app-root", help="Folder put first on sys.path for callables."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", help="Lanes run at once (parallel plans)."),
+    lanes: Optional[str] = typer.Option(None, "--lanes", help="JSON Lines file of extra lanes, or - for standard input."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    halt: Optional[str] = typer.Option(None, "--halt", help="now,fail=N or soon,fail=P%: stop the batch after failures."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Default timeout in seconds for tools that set none."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Admit the plan and show what would run; run nothing."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
+    refresh_cache: bool = typer.Option(False, "--refresh-cache", help="Run cacheable tools and rewrite their entries."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
+    audit: Optional[Path] = typer.Option(None, "--audit", help="Write engine events as JSON Lines to this file."),
+    max_output_bytes: int = typer.Option(16 * 1024 * 1024, "--max-output-bytes", help="Largest result accepted from a call."),
+) -> None:
+    """Run a plan; print one receipt per call, in input order, then a summary."""
+    from ..engine.batch import HaltPolicy
+    from ..errors import ConfigError
+    from ..plan.admit import admit_plan
+
+    if not plan.is_file():
+        fail(f"plan not found: {plan}", 2, "check the path")
+    if timeout is not None and timeout <= 0:
+        fail("--timeout must be above 0", 2)
+    policy = None
+    if halt is not None:
+        try:
+            policy = HaltPolicy.parse(halt)
+        except ValueError as exc:
+            fail(str(exc), 2)
+    lanes_stream: Any = None
+    if lanes is not None:
+        if lanes == "-":
+            lanes_stream = sys.stdin.buffer
+        else:
+            try:
+                lanes_stream = open(lanes, "rb")
+            except OSError as exc:
+                fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
+    try:
+        admitted = admit_plan(
+            plan, registry=str(registry) if registry else None, app_root=str(app_root) if app_root else None,
+            max_concurrency=max_concurrency, lanes=lanes_stream, lanes_name=lanes or "-",
+            default_timeout_s=timeout,
+        )
+    except ConfigError as exc:
+        print_findings(exc.problems)
+        sys.stderr.write(f"toolloop: plan rejected ({sum(p.level == 'error' for p in exc.problems)} error(s)); nothing ran\n")
+        raise typer.Exit(3)
+    finally:
+        if lanes_stream is not None and lanes_stream is not sys.stdin.buffer:
+            lanes_stream.close()
+    if admitted.warnings:
+        print_findings(admitted.warnings)
+    if dry_run:
+        from ..engine.dryrun import dry_run_records
+
+        out = Output(format)
+        try:
+            for rec in dry_run_records(admitted, timeout):
+                out.write(rec)
+            out.close()
+        except BrokenPipeError:
+            quiet_broken_pipe()
+        return
+    _execute(admitted, format, policy, timeout, no_cache, refresh_cache, state_dir, audit, max_output_bytes)
+
+
+def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[float], no_cache: bool,
+             refresh_cache: bool, state_dir: Optional[Path], audit: Optional[Path], max_output_bytes: int,
+             resume: Optional[dict] = None, run_id: Optional[str] = None) -> None:
+    from ..engine.run import RunOptions, execute_plan
+    from ..store import Store, state_dir as pick_state_dir
+
+    store = Store(pick_state_dir(str(state_dir) if state_dir else None))
+    out = Output(format)
+    audit_sink = None
+    audit_file = None
+    if audit is not None:
+        from ..render.records import JsonlWriter
+
+        try:
+            audit_file = open(audit, "ab")
+        except OSError as exc:
+            fail(f"cannot write --audit {audit}: {exc.strerror}", 2)
+        audit_sink = JsonlWriter(audit_file).write
+    options = RunOptions(halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
+                         output_cap_bytes=max_output_bytes, audit=audit_sink)
+    progress = None
+    if out.fmt == "table" and sys.stderr.isatty():
+        from ..render.live import LiveProgress
+
+        progress = LiveProgress(err_console(), admitted.total_calls, admitted.mode)
+        options.on_receipt = lambda r: progress.advance(r.status)
+    try:
+        if progress is not None:
+            with progress:
+                result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id)
+        else:
+            result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id)
+        out.close()
+    except BrokenPipeError:
+        quiet_broken_pipe()
+        raise typer.Exit(141)
+    finally:
+        if audit_file is not None:
+            audit_file.close()
+        store.close()
+    if result.summary["status"] == "interrupted":
+        sys.stderr.write(f"toolloop: interrupted; resume with: toolloop resume {result.summary['run_id']}\n")
+    elif result.summary["status"] == "stopped":
+        sys.stderr.write(f"toolloop: stopped early; resume with: toolloop resume {result.summary['run_id']}\n")
+    raise typer.Exit(result.exit_code)
+
+
+def call(
+    registry: Path = typer.Argument(..., help="Registry YAML file."),
+    subagent: str = typer.Argument(..., help="Subagent id."),
+    tool: str = typer.Argument(..., help="Tool id."),
+    args: str = typer.Option("{}", "--args", help="Arguments as a JSON object."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Timeout in seconds if the tool sets none."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
+) -> None:
+    """Run one ad-hoc call through every gate and print its receipt."""
+    import orjson
+
+    from ..engine.adhoc import adhoc_plan
+
+    if not registry.is_file():
+        fail(f"registry not found: {registry}", 2, "check the path")
+    try:
+        parsed = orjson.loads(args)
+    except orjson.JSONDecodeError as exc:
+        fail(f"--args is not JSON: {exc}", 2, "pass a JSON object, e.g. --args '{\"text\": \"hi\"}'")
+    if not isinstance(parsed, dict):
+        fail("--args must be a JSON object", 2, "e.g. --args '{\"text\": \"hi\"}'")
+    from ..errors import ConfigError
+
+    try:
+        admitted = adhoc_plan(registry, subagent, tool, parsed, timeout)
+    except ConfigError as exc:
+        print_findings(exc.problems)
+        raise typer.Exit(3)
+    _execute(admitted, format, None, timeout, no_cache, False, state_dir, None, 16 * 1024 * 1024)

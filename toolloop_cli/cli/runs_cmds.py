@@ -1,0 +1,106 @@
+"""resume and runs list/show: commands over the journal."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import DataFormat, fail, print_findings, record_writer, resolve_format
+
+runs_app = typer.Typer(help="List journaled runs and show their receipts.", no_args_is_help=True)
+
+STATE_DIR_HELP = "Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."
+
+
+def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported lazily
+    from ..store import Store, state_dir as pick
+
+    return Store(pick(str(state_dir) if state_dir else None), create=False)
+
+
+def resume(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run error, timeout and invalid_output calls and those skipped after them."),
+    retry_interrupted: bool = typer.Option(False, "--retry-interrupted", help="Re-run writes that were in flight when the run died."),
+    lanes: Optional[str] = typer.Option(None, "--lanes", help="The run's --lanes FILE again, to rebuild redacted arguments."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+) -> None:
+    """Finish an interrupted run; print the full receipt set in order, then the summary."""
+    from ..engine.resume import check_not_running, find_run, owner_token, prepare_resume
+    from ..errors import ConfigError
+    from .run_cmds import _execute
+
+    store = _open_store(state_dir)
+    run = find_run(store, run_id)
+    owner = owner_token()
+    check_not_running(store, run["run_id"], owner)
+    lanes_stream = None
+    if lanes is not None:
+        try:
+            lanes_stream = sys.stdin.buffer if lanes == "-" else open(lanes, "rb")
+        except OSError as exc:
+            store.release_lease(run["run_id"], owner)
+            fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
+    try:
+        plan, settled = prepare_resume(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
+                                       lanes=lanes_stream, lanes_name=lanes or "-")
+    except ConfigError as exc:
+        store.release_lease(run["run_id"], owner)
+        print_findings(exc.problems)
+        raise typer.Exit(3)
+    opts = run["options"] or {}
+    from ..engine.batch import HaltPolicy
+
+    halt = HaltPolicy(**opts["halt"]) if opts.get("halt") else None
+    store.close()
+    _execute(plan, format, halt, opts.get("default_timeout_s"), bool(opts.get("no_cache")), False, state_dir,
+             None, 16 * 1024 * 1024, resume=settled, run_id=run["run_id"])
+
+
+@runs_app.command("list")
+def list_runs(
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+) -> None:
+    """Journaled runs, newest first: id, mode, status, counts, started."""
+    from ..receipts import rfc3339
+
+    store = _open_store(state_dir)
+    writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
+    try:
+        for run in store.list_runs():
+            counts = {k: v for k, v in (run["counts"] or {}).items() if v}
+            writer.write({
+                "type": "run", "run_id": run["run_id"], "mode": run["mode"], "status": run["status"],
+                "calls": run["total_calls"], "counts": counts, "started_at": rfc3339(run["started_at"]),
+                "plan": run["plan_path"],
+            })
+        writer.close()
+    except BrokenPipeError:
+        pass
+
+
+@runs_app.command("show")
+def show_run(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+) -> None:
+    """The receipts of a run again, in order, then its summary."""
+    from ..engine.resume import find_run
+
+    store = _open_store(state_dir)
+    run = find_run(store, run_id)
+    writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
+    try:
+        for rec in store.receipts_of(run["run_id"]):
+            writer.write(rec)
+        if run["summary"]:
+            writer.write(run["summary"])
+        writer.close()
+    except BrokenPipeError:
+        pass

@@ -1,0 +1,126 @@
+"""JSON Schemas of the file formats and output records (``toolloop schema ...``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .receipts import STATUSES, SUMMARY_STATUSES
+
+Status = Literal[STATUSES]  # type: ignore[valid-type]
+RFC3339 = Field(pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorRecord(_Record):
+    kind: str
+    message: str
+
+
+class EnvelopeRecord(_Record):
+    status: str
+    decision: Literal["continue", "stop"]
+    diagnosis: Optional[dict[str, Any]]
+    handoff: dict[str, Any]
+
+
+class ReceiptRecord(_Record):
+    """One call's receipt."""
+
+    type: Literal["receipt"]
+    run_id: str
+    seq: int = Field(ge=0)
+    completion_seq: int = Field(ge=0)
+    subagent: str
+    tool: str
+    parallel_batch_id: Optional[str]
+    item_key: Optional[str]
+    call_key: Optional[str]
+    parent_receipt_id: Optional[str]
+    iteration: Optional[int]
+    receipt_id: str
+    status: Status
+    abandoned: bool
+    attempts: int = Field(ge=0)
+    cache: Literal["hit", "miss", "off"]
+    args_sha256: Optional[str] = Field(pattern=r"^[0-9a-f]{64}$")
+    args: Any
+    result: Any
+    error: Optional[ErrorRecord]
+    envelope: Optional[EnvelopeRecord]
+    started_at: Optional[str] = RFC3339
+    finished_at: Optional[str] = RFC3339
+    duration_ms: float = Field(ge=0)
+
+
+class SummaryRecord(_Record):
+    """Always the last record of a run."""
+
+    type: Literal["summary"]
+    run_id: str
+    mode: Literal["sequential", "parallel", "routed"]
+    status: Literal[SUMMARY_STATUSES]  # type: ignore[valid-type]
+    outcome: Optional[str]
+    final: Any
+    counts: dict[Status, int]
+    duration_ms: float = Field(ge=0)
+    contract_sha256: str
+
+
+class DecisionRecord(_Record):
+    """One routed-loop decision."""
+
+    type: Literal["decision"]
+    run_id: str
+    iteration: int
+    action: str
+    tool: Optional[str]
+    args: Any
+    reason: Optional[str]
+    rejected: Optional[str]
+    tokens: Optional[int]
+
+
+class OutputRecord(BaseModel):
+    record: Union[ReceiptRecord, SummaryRecord, DecisionRecord] = Field(discriminator="type")
+
+
+def receipt_schema() -> dict:
+    schema = OutputRecord.model_json_schema()
+    inner = schema["properties"]["record"]
+    out = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "toolloop output record",
+        "description": "One line of `toolloop run --format jsonl` output.",
+        "$defs": schema.get("$defs", {}),
+    }
+    out["oneOf"] = inner["oneOf"]
+    out["discriminator"] = inner.get("discriminator")
+    if out["discriminator"] is None:
+        del out["discriminator"]
+    return out
+
+
+def registry_schema() -> dict:
+    from .contract.models import RegistryDecl
+
+    schema = RegistryDecl.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "toolloop registry"
+    return schema
+
+
+def plan_schema() -> dict:
+    from .plan.models import PlanDecl
+
+    schema = PlanDecl.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "toolloop plan"
+    return schema
+
+
+SCHEMAS = {"registry": registry_schema, "plan": plan_schema, "receipt": receipt_schema}

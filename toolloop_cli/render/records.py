@@ -1,0 +1,112 @@
+"""Writers for output records (receipts, summaries, rows): JSON Lines, one JSON array, or a
+Rich table. Writers only write; choosing one is the CLI's job."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+import orjson
+
+
+class JsonlWriter:
+    """One JSON object per line, flushed at once so readers see each record while the run goes on."""
+
+    def __init__(self, out: IO[bytes]):
+        self.out = out
+
+    def write(self, record: dict) -> None:
+        self.out.write(orjson.dumps(record) + b"\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        self.out.flush()
+
+
+class JsonArrayWriter:
+    """One JSON array of the same records, streamed element by element."""
+
+    def __init__(self, out: IO[bytes]):
+        self.out = out
+        self.count = 0
+
+    def write(self, record: dict) -> None:
+        self.out.write((b"[\n" if self.count == 0 else b",\n") + orjson.dumps(record))
+        self.count += 1
+
+    def close(self) -> None:
+        self.out.write(b"[]\n" if self.count == 0 else b"\n]\n")
+        self.out.flush()
+
+
+def _cell(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+RECEIPT_COLUMNS = ("seq", "item_key", "call_key", "tool", "status", "attempts", "cache", "duration_ms", "result / error")
+
+
+def receipt_row(rec: dict) -> list[str]:
+    detail = rec["result"] if rec["status"] == "ok" else (rec["error"] or {}).get("message", "")
+    return [
+        str(rec["seq"]),
+        rec["item_key"] or "",
+        rec["call_key"] or "",
+        rec["tool"],
+        rec["status"],
+        str(rec["attempts"]),
+        rec["cache"],
+        f"{rec['duration_ms']:.1f}",
+        _cell(detail),
+    ]
+
+
+class TableWriter:
+    """Collects records and prints Rich tables at the end: receipts, then the summary."""
+
+    def __init__(self, console: Any):
+        self.console = console
+        self.rows: list[dict] = []
+        self.summary: dict | None = None
+        self.other: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        kind = record.get("type")
+        if kind == "receipt":
+            self.rows.append(record)
+        elif kind == "summary":
+            self.summary = record
+        else:
+            self.other.append(record)
+
+    def close(self) -> None:
+        from rich.table import Table
+
+        styles = {"ok": "green", "skipped": "dim", "cancelled": "yellow", "interrupted": "yellow"}
+        if self.rows:
+            table = Table(title="receipts", show_lines=False)
+            for col in RECEIPT_COLUMNS:
+                table.add_column(col, justify="right" if col in ("seq", "attempts", "duration_ms") else "left",
+                                 overflow="fold")
+            for rec in self.rows:
+                row = receipt_row(rec)
+                row[4] = f"[{styles.get(rec['status'], 'red')}]{row[4]}[/]"
+                table.add_row(*row)
+            self.console.print(table)
+        if self.other:
+            keys: list[str] = []
+            for rec in self.other:
+                keys.extend(k for k in rec if k not in keys and k != "type")
+            table = Table()
+            for k in keys:
+                table.add_column(k, overflow="fold")
+            for rec in self.other:
+                table.add_row(*[_cell(rec.get(k, "")) if rec.get(k) is not None else "" for k in keys])
+            self.console.print(table)
+        if self.summary is not None:
+            s = self.summary
+            counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no calls"
+            style = "green" if s["status"] == "ok" else "red"
+            self.console.print(
+                f"[bold {style}]{s['status']}[/] run {s['run_id']} ({s['mode']}): {counts} in {s['duration_ms'] / 1000:.2f}s"
+            )
