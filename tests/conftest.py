@@ -15,6 +15,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "registries" / "demo.yml"
 APP = ROOT / "tests" / "app"
+# the test App's registry puts this folder on sys.path too; the same entry keeps one module identity
+if str(APP) not in sys.path:
+    sys.path.insert(0, str(APP))
 
 
 @pytest.fixture

@@ -16,11 +16,20 @@ EXIT_CODES = {"ok": 0, "failed": 1, "rejected": 3, "stopped": 4, "interrupted": 
 FAILED_STATUSES = frozenset({"error", "timeout", "invalid_output"})
 
 
+_last_second: list = [None, ""]
+
+
 def rfc3339(epoch_s: float | None) -> str | None:
     """RFC 3339 UTC with microseconds, e.g. 2026-01-02T03:04:05.678901Z."""
     if epoch_s is None:
         return None
-    return datetime.fromtimestamp(epoch_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    micros = round(epoch_s * 1_000_000)
+    second, frac = divmod(micros, 1_000_000)
+    cached = _last_second
+    if cached[0] != second:  # receipts cluster within a second: format the date part once
+        cached[1] = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        cached[0] = second
+    return f"{cached[1]}.{frac:06d}Z"
 
 
 @dataclass(frozen=True, slots=True)

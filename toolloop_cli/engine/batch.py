@@ -115,58 +115,76 @@ class BatchState:
             scope.cancel()
 
 
-async def _run_lane(ctx: RunContext, lane: AdmittedLane, calls: list[AdmittedCall],
-                    emitter: OrderedEmitter, state: BatchState) -> None:
-    payload = dict(lane.payload) if lane.payload is not None else None
-    stop_reason: str | None = None
-    for call in calls:
-        if state.interrupted:
-            return  # not started: no receipt, so resume runs it
-        tool = call.tool
-        if stop_reason is not None or state.halted:
-            reason = stop_reason or f"the batch was halted ({_halt_text(state.halt)})"
-            receipt = not_run_receipt(ctx, tool, call.args, seq=call.seq, item_key=call.item_key,
-                                      call_key=call.call_key, status="skipped", message=reason,
-                                      args_sha256=call.args_sha256)
-            state.record(receipt)
-            emitter.done(receipt)
-            continue
-        args = call.args
-        if args is None:  # fed from the lane payload, which earlier calls may have extended
-            args = project_payload(tool, payload or {})
-            if tool.input_validator is not None and not tool.input_validator.is_valid(args):
-                msg = "; ".join(schema_errors(tool.input_validator, args, limit=3))
-                receipt = not_run_receipt(ctx, tool, args, seq=call.seq, item_key=call.item_key,
-                                          call_key=call.call_key, status="invalid_input",
-                                          message=f"arguments from the lane payload fail input_schema: {msg}")
-                state.record(receipt)
-                emitter.done(receipt)
-                stop_reason = f"call '{call.call_key}' in this lane ended invalid_input"
+class _LaneRun:
+    """One lane's calls, run in order; remembers where it is so a cancelled worker can settle
+    the call in flight and go on with the rest of the lane."""
+
+    __slots__ = ("ctx", "lane", "calls", "emitter", "state", "pos", "payload", "stop_reason", "current_args")
+
+    def __init__(self, ctx: RunContext, lane: AdmittedLane, calls: list[AdmittedCall],
+                 emitter: OrderedEmitter, state: BatchState):
+        self.ctx, self.lane, self.calls, self.emitter, self.state = ctx, lane, calls, emitter, state
+        self.pos = 0
+        self.payload = dict(lane.payload) if lane.payload is not None else None
+        self.stop_reason: str | None = None
+        self.current_args: Any = None
+
+    def _settle(self, receipt: Receipt) -> None:
+        self.state.record(receipt)
+        self.emitter.done(receipt)
+
+    def _not_run(self, call: AdmittedCall, args: Any, status: str, message: str) -> None:
+        self._settle(not_run_receipt(self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key,
+                                     call_key=call.call_key, status=status, message=message,
+                                     args_sha256=call.args_sha256 if args is call.args else None))
+
+    async def run(self) -> None:
+        ctx, state = self.ctx, self.state
+        while self.pos < len(self.calls):
+            if state.interrupted:
+                return  # not started: no receipt, so resume runs it
+            call = self.calls[self.pos]
+            tool = call.tool
+            if self.stop_reason is not None or state.halted:
+                self.pos += 1
+                self._not_run(call, call.args, "skipped",
+                              self.stop_reason or f"the batch was halted ({_halt_text(state.halt)})")
                 continue
-        with trio.CancelScope() as scope:
-            state.in_flight.add(scope)
-            try:
-                receipt, _value, envelope = await execute_call(
-                    ctx, tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
-                    args_sha256=call.args_sha256,
-                )
-            finally:
-                state.in_flight.discard(scope)
-        if scope.cancelled_caught:
-            why = "interrupted by a signal" if state.interrupted else f"the batch was halted ({_halt_text(state.halt)})"
-            receipt = not_run_receipt(ctx, tool, args, seq=call.seq, item_key=call.item_key,
-                                      call_key=call.call_key, status="cancelled", message=why,
-                                      args_sha256=call.args_sha256)
-            envelope = None
-        state.record(receipt)
-        emitter.done(receipt)
-        if receipt.status != "ok":
-            stop_reason = f"call '{call.call_key}' in this lane ended {receipt.status}"
-        elif envelope is not None:
-            if envelope["decision"] == "stop":
-                stop_reason = f"call '{call.call_key}' reported status '{envelope['status']}' (control envelope: stop)"
-            if payload is not None and envelope["handoff"]:
-                payload.update(envelope["handoff"])
+            args = call.args
+            if args is None:  # fed from the lane payload, which earlier calls may have extended
+                args = project_payload(tool, self.payload or {})
+                if tool.input_validator is not None and not tool.input_validator.is_valid(args):
+                    msg = "; ".join(schema_errors(tool.input_validator, args, limit=3))
+                    self.pos += 1
+                    self._not_run(call, args, "invalid_input",
+                                  f"arguments from the lane payload fail input_schema: {msg}")
+                    self.stop_reason = f"call '{call.call_key}' in this lane ended invalid_input"
+                    continue
+            self.current_args = args
+            receipt, _value, envelope = await execute_call(
+                ctx, tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
+                args_sha256=call.args_sha256,
+            )
+            self.pos += 1
+            self._settle(receipt)
+            if receipt.status != "ok":
+                self.stop_reason = f"call '{call.call_key}' in this lane ended {receipt.status}"
+            elif envelope is not None:
+                if envelope["decision"] == "stop":
+                    self.stop_reason = (f"call '{call.call_key}' reported status '{envelope['status']}'"
+                                        " (control envelope: stop)")
+                if self.payload is not None and envelope["handoff"]:
+                    self.payload.update(envelope["handoff"])
+
+    def cancel_current(self) -> None:
+        """The call in flight was cancelled (halt now, or a signal): give it its receipt."""
+        if self.pos >= len(self.calls):
+            return
+        call = self.calls[self.pos]
+        self.pos += 1
+        why = "interrupted by a signal" if self.state.interrupted else f"the batch was halted ({_halt_text(self.state.halt)})"
+        self._not_run(call, self.current_args if self.current_args is not None else call.args, "cancelled", why)
+        self.stop_reason = f"call '{call.call_key}' in this lane was cancelled"
 
 
 def _halt_text(h: HaltPolicy | None) -> str:
@@ -203,8 +221,25 @@ async def run_lanes(
     pending = iter([(lane, calls) for lane, calls in work if calls])
 
     async def worker() -> None:
-        for lane, calls in pending:
-            await _run_lane(ctx, lane, calls, emitter, state)
+        # One cancel scope per worker, not per call: halt-now and signals cancel these, and the
+        # lane run settles whatever call was in flight.
+        current: _LaneRun | None = None
+        while True:
+            with trio.CancelScope() as scope:
+                state.in_flight.add(scope)
+                try:
+                    while True:
+                        if current is None:
+                            nxt = next(pending, None)
+                            if nxt is None:
+                                return
+                            current = _LaneRun(ctx, nxt[0], nxt[1], emitter, state)
+                        await current.run()
+                        current = None
+                finally:
+                    state.in_flight.discard(scope)
+            if current is not None:
+                current.cancel_current()
 
     async with trio.open_nursery() as nursery:
         for _ in range(max(1, min(max_concurrency, len(work)))):

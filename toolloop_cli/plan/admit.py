@@ -167,12 +167,12 @@ class _Admitter:
         total = self.seq
         if self.sub.max_calls is not None and total > self.sub.max_calls:
             self.col.add("TL407", f"the plan makes {total} calls; subagent '{self.sub.id}' allows {self.sub.max_calls}",
-                         at, "split the plan or raise runner_defaults.max_calls")
+                         at, "split the plan or raise runner_defaults.max_calls", at_key=True)
         for tid, n in sorted(self.per_tool.items()):
             tool = self.sub.tools.get(tid)
             if tool is not None and tool.max_calls is not None and n > tool.max_calls:
                 self.col.add("TL408", f"the plan calls '{tid}' {n} times; its max_calls is {tool.max_calls}",
-                             at, "reduce the calls to this tool or raise its max_calls")
+                             at, "reduce the calls to this tool or raise its max_calls", at_key=True)
 
 
 def project_payload(tool: ToolSpec, payload: dict) -> dict:
@@ -190,6 +190,14 @@ def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Pr
         if not raw.strip():
             continue
         col = Collector(SourceMap(shown, values={(): (lineno, 1)}))
+        try:  # the fast path: a well-formed lane parses and validates in one step
+            lane = LaneDecl.model_validate_json(raw)
+        except ValidationError:
+            pass
+        else:
+            adm.lane(lane, (), col)
+            problems.extend(col.problems)
+            continue
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
