@@ -107,3 +107,8 @@ def fail_then_ok(path: str, failures: int) -> dict:
     if n < failures:
         raise RuntimeError(f"failure {n + 1}")
     return {"tries": n + 1}
+
+
+async def boom_async(message: str = "boom") -> dict:
+    """Async and always raises (usable under a mock clock: no thread)."""
+    raise RuntimeError(message)
