@@ -130,7 +130,18 @@ def execute_plan(
 
     ctx.before_start = before_start
     state = BatchState(total=plan.total_calls, halt=options.halt)
-    journal = JournalWriter(store, emit, on_error=lambda _e: state.interrupt())
+    loop_token: list = []
+
+    def stop_on_writer_error(_exc: BaseException) -> None:
+        # called on the journal thread (e.g. the reader of stdout went away): stop the run from
+        # the event loop's own thread
+        if loop_token:
+            try:
+                loop_token[0].run_sync_soon(state.interrupt)
+            except trio.RunFinishedError:
+                pass
+
+    journal = JournalWriter(store, emit, on_error=stop_on_writer_error)
 
     def sink(receipt: Receipt) -> None:
         if options.on_receipt is not None:
@@ -138,6 +149,7 @@ def execute_plan(
         journal(receipt.as_record())
 
     async def main() -> None:
+        loop_token.append(trio.lowlevel.current_trio_token())
         done = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_watch_signals, state, done)
