@@ -192,3 +192,17 @@ def test_resume_style_prior_receipts_are_emitted_in_order(tmp_path):
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert [r.seq for r in got] == [0, 1, 2]
     assert got[0] is first[0] and got[2] is first[2]
+
+
+def test_workers_stay_within_a_window_of_the_emission_point(tmp_path, monkeypatch, _reset_counters):
+    import toolloop_cli.engine.batch as batch
+
+    monkeypatch.setattr(batch, "LOOKAHEAD_CALLS", 10)
+    # lane 0 takes long; with a window of max(10, 64 * 2) calls the others may not run ahead unboundedly
+    lanes = [hold_lane("slow", 9.0)] + [hold_lane(f"l{i}", 0.001) for i in range(300)]
+    got, times, _, _ = run(admitted(tmp_path, lanes, mc=2))
+    assert [r.seq for r in got] == list(range(301))
+    # lanes within the window of the stuck first receipt started at once; the rest waited for it
+    starts = _reset_counters.STARTS
+    assert max(starts[f"l{i}-0"] for i in range(127)) < 1.0
+    assert min(starts[f"l{i}-0"] for i in range(130, 300)) >= 9.0

@@ -16,6 +16,9 @@ from .call import RunContext, execute_call, not_run_receipt
 
 Sink = Callable[[Receipt], None]
 
+#: How far (in calls) workers may run ahead of the first receipt not yet emitted.
+LOOKAHEAD_CALLS = 4096
+
 
 @dataclass(frozen=True)
 class HaltPolicy:
@@ -58,30 +61,48 @@ class HaltPolicy:
 
 
 class OrderedEmitter:
-    """Hands receipts to the sink in input order, each as soon as everything before it is done."""
+    """Hands receipts to the sink in input order, each as soon as everything before it is done.
+
+    ``expected`` lists the seqs to emit when they are not simply 0, 1, 2, … (a resume).
+    ``wait_for(n)`` lets workers stay at most a window ahead of the emission point, so the
+    receipts held back for order stay bounded however long one lane takes.
+    """
 
     def __init__(self, sink: Sink, expected: Iterable[int] | None = None):
         self._sink = sink
         self._pending: dict[int, Receipt] = {}
         self._order = sorted(expected) if expected is not None else None
-        self._pos = 0
-        self._next = 0
+        self.emitted = 0
+        self._waiters: list[tuple[int, trio.Event]] = []
 
-    def _advance(self) -> int | None:
+    def _next_seq(self) -> int | None:
         if self._order is None:
-            return self._next
-        return self._order[self._pos] if self._pos < len(self._order) else None
+            return self.emitted
+        return self._order[self.emitted] if self.emitted < len(self._order) else None
 
     def done(self, receipt: Receipt) -> None:
         self._pending[receipt.seq] = receipt
-        nxt = self._advance()
+        nxt = self._next_seq()
+        if nxt not in self._pending:
+            return
         while nxt is not None and nxt in self._pending:
             self._sink(self._pending.pop(nxt))
-            if self._order is None:
-                self._next += 1
-            else:
-                self._pos += 1
-            nxt = self._advance()
+            self.emitted += 1
+            nxt = self._next_seq()
+        if self._waiters:
+            ready = [w for w in self._waiters if w[0] <= self.emitted]
+            if ready:
+                self._waiters = [w for w in self._waiters if w[0] > self.emitted]
+                for _, event in ready:
+                    event.set()
+
+    async def wait_for(self, count: int) -> None:
+        """Return once at least ``count`` receipts have been emitted."""
+        if self.emitted >= count:
+            return
+        event = trio.Event()
+        self._waiters.append((count, event))
+        await event.wait()
 
     def flush(self) -> None:
         """Emit whatever is left (after an interruption), still in seq order."""
@@ -218,7 +239,15 @@ async def run_lanes(
     for r in sorted(prior, key=lambda r: r.seq):
         state.counts[r.status] += 1
         emitter.done(r)
-    pending = iter([(lane, calls) for lane, calls in work if calls])
+    # (position of the lane's first call in emission order, lane, calls still to run)
+    positions = []
+    pos = 0
+    for lane, calls in work:
+        if calls:
+            positions.append((pos, lane, calls))
+        pos += len(lane.calls)
+    pending = iter(positions)
+    window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
 
     async def worker() -> None:
         # One cancel scope per worker, not per call: halt-now and signals cancel these, and the
@@ -233,7 +262,9 @@ async def run_lanes(
                             nxt = next(pending, None)
                             if nxt is None:
                                 return
-                            current = _LaneRun(ctx, nxt[0], nxt[1], emitter, state)
+                            current = _LaneRun(ctx, nxt[1], nxt[2], emitter, state)
+                            if nxt[0] - window > emitter.emitted:
+                                await emitter.wait_for(nxt[0] - window)
                         await current.run()
                         current = None
                 finally:

@@ -11,14 +11,17 @@ import trio
 
 # in-process observation of concurrency (engine tests run in the same interpreter)
 IN_FLIGHT = {"now": 0, "max": 0, "calls": 0}
+STARTS: dict = {}  # key -> trio.current_time() when hold() started
 
 
 def reset() -> None:
     IN_FLIGHT.update(now=0, max=0, calls=0)
+    STARTS.clear()
 
 
 async def hold(key: str, seconds: float = 0.01) -> dict:
     """Async: counts itself in flight while it sleeps."""
+    STARTS[key] = trio.current_time()
     IN_FLIGHT["now"] += 1
     IN_FLIGHT["calls"] += 1
     IN_FLIGHT["max"] = max(IN_FLIGHT["max"], IN_FLIGHT["now"])
