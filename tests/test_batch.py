@@ -206,3 +206,14 @@ def test_workers_stay_within_a_window_of_the_emission_point(tmp_path, monkeypatc
     starts = _reset_counters.STARTS
     assert max(starts[f"l{i}-0"] for i in range(127)) < 1.0
     assert min(starts[f"l{i}-0"] for i in range(130, 300)) >= 9.0
+
+
+def test_halt_while_workers_wait_for_the_window_skips_the_rest(tmp_path, monkeypatch):
+    import toolloop_cli.engine.batch as batch
+
+    monkeypatch.setattr(batch, "LOOKAHEAD_CALLS", 10)
+    lanes = FAILS_AT_1S + [hold_lane(f"l{i}", 0.001) for i in range(300)]
+    got, times, state, _ = run(admitted(tmp_path, lanes, mc=2), halt=HaltPolicy.parse("now,fail=1"))
+    assert [r.seq for r in got] == list(range(302))
+    assert got[1].status == "error" and got[-1].status == "skipped"
+    assert max(times) == pytest.approx(1.0)

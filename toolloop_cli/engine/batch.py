@@ -253,18 +253,21 @@ async def run_lanes(
         # One cancel scope per worker, not per call: halt-now and signals cancel these, and the
         # lane run settles whatever call was in flight.
         current: _LaneRun | None = None
+        taken = None  # a lane taken from the queue, not started yet
         while True:
             with trio.CancelScope() as scope:
                 state.in_flight.add(scope)
                 try:
                     while True:
                         if current is None:
-                            nxt = next(pending, None)
-                            if nxt is None:
-                                return
-                            current = _LaneRun(ctx, nxt[1], nxt[2], emitter, state)
-                            if nxt[0] - window > emitter.emitted:
-                                await emitter.wait_for(nxt[0] - window)
+                            if taken is None:
+                                taken = next(pending, None)
+                                if taken is None:
+                                    return
+                            if taken[0] - window > emitter.emitted and not (state.halted or state.interrupted):
+                                await emitter.wait_for(taken[0] - window)
+                            current = _LaneRun(ctx, taken[1], taken[2], emitter, state)
+                            taken = None
                         await current.run()
                         current = None
                 finally:
