@@ -147,3 +147,35 @@ def test_lanes_stream_admits_in_order(tmp_path):
     assert [lane.item_key for lane in admitted.lanes] == ["first"] + [f"k{i}" for i in range(50)]
     assert [c.seq for c in admitted.calls] == list(range(101))
     assert admitted.lanes[1].calls[1].args == {}
+
+
+ROUTED = """subagent: t
+mode: routed
+goal: Count things.
+allowed_tools: [echo, hidden, nothere]
+router_profile: {provider: openai, model: m1, api_key_env: KEY}
+budget: {max_iterations: 3, max_tokens: 100, max_tool_calls: 2, timeout_s: 10}
+"""
+
+
+def test_routed_plans_are_admitted_with_explicit_profiles(tmp_path):
+    p = plan(tmp_path, ROUTED.replace("allowed_tools: [echo, hidden, nothere]", "allowed_tools: [echo]")
+             + "final_profile: {provider: replay, model: recorded}\n")
+    admitted = admit_plan(p)
+    assert admitted.mode == "routed" and admitted.total_calls == 0
+
+
+def test_routed_plan_problems(tmp_path):
+    p = plan(tmp_path, ROUTED.replace("provider: openai", "provider: openia"))
+    found = problems(p)
+    assert ("TL402", 6) in [(c, line) for c, line, _ in found]  # nothere
+    codes = sorted(c for c, _, _ in found)
+    assert codes == ["TL402", "TL410", "TL410"]  # unknown provider, no final_profile
+    assert any("unknown provider 'openia'" in m for _, _, m in found)
+    assert any("final_profile" in m for _, _, m in found)
+
+
+def test_routed_budget_fields_are_all_required(tmp_path):
+    p = plan(tmp_path, ROUTED.replace("max_tool_calls: 2, ", "") + "final_profile: {provider: replay, model: r}\n")
+    found = problems(p)
+    assert [(c, m) for c, _, m in found] == [("TL202", "required key 'max_tool_calls' is missing")]

@@ -113,6 +113,9 @@ def run(
             lanes_stream.close()
     if admitted.warnings:
         print_findings(admitted.warnings)
+    if admitted.mode == "routed":
+        fail("this version admits routed plans (toolloop validate checks them) but cannot run them yet", 2,
+             "run a sequential or parallel plan")
     if dry_run:
         from ..engine.dryrun import dry_run_records
 
@@ -133,7 +136,14 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     from ..engine.run import RunOptions, execute_plan
     from ..store import Store, state_dir as pick_state_dir
 
-    store = Store(pick_state_dir(str(state_dir) if state_dir else None))
+    def notice(text: str) -> None:
+        # may run inside a signal handler: one unbuffered write, no locks
+        os.write(2, f"toolloop: {text}\n".encode())
+
+    try:
+        store = Store(pick_state_dir(str(state_dir) if state_dir else None))
+    except KeyboardInterrupt:
+        fail("interrupted before the run started; nothing ran", 130)
     out = Output(format)
     audit_sink = None
     audit_file = None
@@ -146,7 +156,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
             fail(f"cannot write --audit {audit}: {exc.strerror}", 2)
         audit_sink = JsonlWriter(audit_file).write
     options = RunOptions(halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
-                         output_cap_bytes=max_output_bytes, audit=audit_sink)
+                         output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice)
     progress = None
     if out.fmt == "table" and sys.stderr.isatty():
         from ..render.live import LiveProgress
@@ -163,14 +173,17 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     except BrokenPipeError:
         quiet_broken_pipe()
         raise typer.Exit(141)
+    except KeyboardInterrupt:  # only outside the run's own signal handling (e.g. not the main thread)
+        notice("interrupted; the journal holds every receipt written so far")
+        raise typer.Exit(130)
     finally:
         if audit_file is not None:
             audit_file.close()
         store.close()
     if result.summary["status"] == "interrupted":
-        sys.stderr.write(f"toolloop: interrupted; resume with: toolloop resume {result.summary['run_id']}\n")
+        notice(f"interrupted; resume with: toolloop resume {result.summary['run_id']}")
     elif result.summary["status"] == "stopped":
-        sys.stderr.write(f"toolloop: stopped early; resume with: toolloop resume {result.summary['run_id']}\n")
+        notice(f"stopped early; resume with: toolloop resume {result.summary['run_id']}")
     raise typer.Exit(result.exit_code)
 
 
