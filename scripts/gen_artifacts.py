@@ -114,6 +114,10 @@ FIX_HINTS: dict[str, str] = {
 SCHEMA_NAMES = ("plan", "receipt", "registry")
 
 
+class GenerationError(Exception):
+    """The script's own tables (hints, overrides) are out of step with the package."""
+
+
 # --------------------------------------------------------------------------------------------
 # The command tree, read once into plain data
 
@@ -299,7 +303,7 @@ def command_tree() -> list[Cmd]:
     for table in (VALUE_KINDS, METAVARS):
         stale = sorted(set(table) - known)
         if stale:
-            raise SystemExit(f"gen_artifacts: options no longer in the command tree: {', '.join(stale)}")
+            raise GenerationError(f"options no longer in the command tree: {', '.join(stale)}")
     return tree
 
 
@@ -796,7 +800,7 @@ def schema_files() -> dict[str, str]:
     from toolloop_cli.record_schema import SCHEMAS
 
     if set(SCHEMAS) != set(SCHEMA_NAMES):
-        raise SystemExit(f"gen_artifacts: schemas are {sorted(SCHEMAS)}, expected {list(SCHEMA_NAMES)}")
+        raise GenerationError(f"schemas are {sorted(SCHEMAS)}, expected {list(SCHEMA_NAMES)}")
     # Same bytes as `toolloop schema NAME`, so either source can be pointed at from an editor.
     return {
         f"docs/schemas/{name}.schema.json": json.dumps(SCHEMAS[name](), indent=2) + "\n"
@@ -814,8 +818,8 @@ def findings_md() -> str:
     missing = sorted(set(CODES) - set(FIX_HINTS))
     unknown = sorted(set(FIX_HINTS) - set(CODES))
     if missing or unknown:
-        raise SystemExit(
-            "gen_artifacts: FIX_HINTS out of step with CODES"
+        raise GenerationError(
+            "FIX_HINTS out of step with CODES"
             + (f"; no hint for {', '.join(missing)}" if missing else "")
             + (f"; hint for unknown {', '.join(unknown)}" if unknown else "")
         )
@@ -878,7 +882,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each out-of-date file")
     parser.add_argument("--root", type=Path, default=ROOT, help="repository root to write under (default: this checkout)")
     opts = parser.parse_args(argv)
-    files = generate()
+    try:
+        files = generate()
+    except GenerationError as exc:
+        print(f"gen_artifacts: {exc}", file=sys.stderr)
+        return 2
     stale = stale_files(opts.root, files)
     if opts.check:
         for rel in stale:
