@@ -515,7 +515,7 @@ def zsh_completion(tree: list[Cmd]) -> str:
         "# Use: put this file in a folder on $fpath as _toolloop, then run compinit.",
         "",
     ]
-    # Define functions for the deepest commands first so the file reads bottom-up like a call.
+    # One function per command; a group dispatches to its subcommands' functions by name.
     for cmd in tree:
         fn = _zsh_function(cmd)
         out.append(f"{fn}() {{")
