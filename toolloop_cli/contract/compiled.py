@@ -57,6 +57,7 @@ class ToolSpec:
     envelope: Envelope | None
     contract_sha256: str
     mcp: Any = None  # McpDecl for MCP tools
+    runtime: str = "trio"  # async callables: the event loop they need, trio | asyncio (set at compile)
 
 
 @dataclass(frozen=True, slots=True)

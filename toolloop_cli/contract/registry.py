@@ -186,6 +186,39 @@ def _compile_tool(
         col.add("TL310", f"tool '{tid}' has no timeout", at,
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous = fn is not None and is_async(fn)
+    # Which event loop an async callable needs. An explicit marker wins
+    # (``__toolloop_runtime__``, set by ``asyncio_tool``); otherwise a coroutine whose code names
+    # the asyncio module (or anything imported from it) and not trio runs on asyncio.
+    runtime = "trio"
+    if asynchronous:
+        marked = getattr(fn, "__toolloop_runtime__", None)
+        if marked in ("trio", "asyncio"):
+            runtime = marked
+        else:
+            import functools
+            import inspect
+            import types
+
+            target: Any = inspect.unwrap(fn)
+            while isinstance(target, functools.partial):
+                target = inspect.unwrap(target.func)
+            if inspect.ismethod(target):
+                target = target.__func__
+            elif not inspect.isfunction(target):
+                target = getattr(type(target), "__call__", None)
+            code = getattr(target, "__code__", None)
+            env = getattr(target, "__globals__", {})
+            libs: set[str] = set()
+            todo = [code] if code is not None else []
+            while todo:
+                c = todo.pop()
+                todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+                for name in c.co_names:
+                    obj = env.get(name)
+                    owner = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+                    libs.add((owner if isinstance(owner, str) else name).split(".")[0])
+            if "asyncio" in libs and "trio" not in libs:
+                runtime = "asyncio"
     if t.isolation == "process" and asynchronous:
         col.add("TL311", "isolation: process applies to sync callables only", at + ("isolation",),
                 "remove 'isolation' or make the callable sync")
@@ -270,6 +303,7 @@ def _compile_tool(
         envelope=envelope,
         contract_sha256=sha256_of(t.model_dump(mode="json")),
         mcp=t.mcp,
+        runtime=runtime,
     )
 
 

@@ -235,6 +235,8 @@ async def run_lanes(
     total = len(expected)
     state = state or BatchState(total=total, halt=halt)
     state.total, state.halt = total, halt
+    # dispatched calls (SPEC 5.6) are numbered after the plan's and emitted right after their parent
+    sink = ctx.with_children(sink, state.counts, plan_calls=max(expected, default=-1) + 1)
     emitter = OrderedEmitter(sink, expected if skip_seqs or _gappy(expected) else None)
     for r in sorted(prior, key=lambda r: r.seq):
         state.counts[r.status] += 1

@@ -15,12 +15,17 @@ import trio
 from .._canonical import canonical_bytes, sha256_of
 from ..contract.compiled import Contract, ToolSpec
 from ..contract.schemas import schema_errors
+from ..errors import DispatchError
 from ..receipts import Receipt, rfc3339
+from .dispatch import CURRENT, CallFrame
 from .limits import ToolLimits
 from .redact import Redactor, scrub
-from .workers import run_in_process, run_in_thread, run_on_asyncio
+from .workers import HeldSlot, run_in_thread, run_on_asyncio
 
 DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
+MAX_MESSAGE_CHARS = 8192  # an error message longer than this is cut (after redaction)
+#: first seq of dispatched calls when the runner did not say how many calls its plan has
+CHILD_SEQ_FALLBACK = 1_000_000_000
 
 
 class Cache(Protocol):
@@ -44,8 +49,18 @@ class RunContext:
     before_start: Callable[[Any], None] | None = None  # journal hook for at-most-once writes
     rng: random.Random = field(default_factory=random.Random)
     limits: ToolLimits = field(default_factory=ToolLimits)
+    #: seq of the first dispatched call: the number of calls in the plan (set by the batch runner)
+    child_seq_base: int | None = None
     _completion: int = 0
     _redactors: dict = field(default_factory=dict)
+    # dispatched receipts waiting to be emitted right after their parent's, by the parent's seq
+    _children: dict = field(default_factory=dict)
+    _child_next: int | None = None
+    _counts: dict = field(default_factory=dict)  # calls made per tool with a max_calls
+    _dispatching: bool = False  # some tool of the contract may dispatch
+
+    def __post_init__(self) -> None:
+        self._dispatching = any(t.dispatch for s in self.contract.subagents.values() for t in s.tools.values())
 
     def redactor(self, tool: ToolSpec) -> Redactor:
         key = (tool.subagent, tool.id)
@@ -63,6 +78,51 @@ class RunContext:
         if self.audit is not None:
             self.audit({"event": event, "run_id": self.run_id, "at": rfc3339(time.time()), **data})
 
+    # -- dispatched (child) calls ------------------------------------------------------------
+
+    def new_child_seq(self) -> int:
+        """A seq for a dispatched call: after every plan seq, never reused in the run. The count
+        starts at the run's completion counter, which a resume continues, so a resumed run
+        cannot hand out a seq an earlier child already had."""
+        if self._child_next is None:
+            self._child_next = self._completion
+        n = self._child_next
+        self._child_next += 1
+        base = self.child_seq_base if self.child_seq_base is not None else CHILD_SEQ_FALLBACK
+        return base + n
+
+    def add_child(self, parent_seq: int, receipt: Receipt) -> None:
+        self._children.setdefault(parent_seq, []).append(receipt)
+
+    def take_children(self, parent_seq: int) -> list[Receipt]:
+        """The receipts dispatched by the call ``parent_seq`` (and by those, depth first), in the
+        order they finished; each is handed out once."""
+        if not self._children:
+            return []
+        out: list[Receipt] = []
+        for r in self._children.pop(parent_seq, ()):
+            out.append(r)
+            out.extend(self.take_children(r.seq))
+        return out
+
+    def with_children(self, sink: Callable[[Receipt], None], counts: dict[str, int] | None = None,
+                      *, plan_calls: int | None = None) -> Callable[[Receipt], None]:
+        """``sink`` extended to emit each call's dispatched receipts right after its own (counted in
+        ``counts``). ``plan_calls`` sets where dispatched seqs start."""
+        if plan_calls is not None and self.child_seq_base is None:
+            self.child_seq_base = plan_calls
+        if not self._dispatching:
+            return sink
+
+        def emit(receipt: Receipt) -> None:
+            sink(receipt)
+            for child in self.take_children(receipt.seq):
+                if counts is not None:
+                    counts[child.status] = counts.get(child.status, 0) + 1
+                sink(child)
+
+        return emit
+
 
 @dataclass(slots=True)
 class Outcome:
@@ -72,71 +132,152 @@ class Outcome:
     abandoned: bool = False
 
 
-async def _attempt(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float | None) -> Outcome:
+def _failure(exc: Exception) -> Outcome:
+    from .procpool import WorkerFailure, WorkerOutputRejected
+
+    if isinstance(exc, WorkerOutputRejected):
+        return Outcome("invalid_output", error={"kind": exc.kind, "message": str(exc)})
+    kind = exc.kind if isinstance(exc, WorkerFailure) else type(exc).__name__
+    return Outcome("error", error={"kind": kind, "message": str(exc) or kind})
+
+
+async def _attempt(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float | None,
+                   slot: HeldSlot | None = None) -> Outcome:
     thread = False
-    with trio.move_on_after(timeout if timeout is not None else float("inf")) as scope:
+    value: Any = None
+    failed: Outcome | None = None
+    if tool.kind != "mcp" and not tool.is_async and tool.isolation == "process":
+        # the worker is taken (or started) before the deadline runs: the timeout is the call's
+        from .procpool import current_pool
+
+        pool = current_pool()
+        try:
+            worker = await pool.acquire(ctx.contract.app_root)
+        except OSError as exc:
+            return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
+    deadline = trio.current_time() + timeout if timeout is not None else float("inf")
+    with trio.CancelScope(deadline=deadline) as scope:
         try:
             if tool.kind == "mcp":
                 from .mcp import call_mcp_tool
 
                 value = await call_mcp_tool(tool, args)
             elif tool.is_async:
-                if getattr(tool, "runtime", "trio") == "asyncio":
+                if tool.runtime == "asyncio":
                     value = await run_on_asyncio(tool.fn, args)
                 else:
-                    value = await tool.fn(**args)
+                    value = await tool.fn(**args)  # type: ignore[misc]
             elif tool.isolation == "process":
-                value = await run_in_process(tool, ctx.contract.app_root, args)
+                value = await pool.call(worker, tool.ref, args, ctx.output_cap_bytes)
             else:
                 thread = True
-                value = await run_in_thread(tool.fn, args)
+                value = await run_in_thread(tool.fn, args, slot)
         except Exception as exc:  # noqa: BLE001 - any failure of App code is a receipt, not a crash
-            return Outcome("error", error={"kind": type(exc).__name__, "message": str(exc) or type(exc).__name__})
-    if scope.cancelled_caught:
+            failed = _failure(exc)
+    if scope.cancelled_caught or trio.current_time() > deadline:
+        # a result (or a failure) that arrives after the deadline is never accepted
         return Outcome(
             "timeout",
             error={"kind": "timeout", "message": f"no result within {timeout:g}s"},
             abandoned=thread,
         )
-    return Outcome("ok", value)
+    return failed if failed is not None else Outcome("ok", value)
 
 
-async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict) -> tuple[Outcome, int]:
+async def _attempt_with_children(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float | None,
+                                 slot: HeldSlot | None, frame: CallFrame) -> Outcome:
+    """An attempt of a thread or asyncio callable that may dispatch: its child calls run in a
+    nursery that ends with the attempt."""
+    async with trio.open_nursery() as nursery:
+        frame.nursery = nursery
+        try:
+            outcome = await _attempt(ctx, tool, args, timeout, slot)
+        finally:
+            frame.nursery = None
+            nursery.cancel_scope.cancel()
+    return outcome
+
+
+async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict,
+                        frame: CallFrame | None = None) -> tuple[Outcome, int]:
     policy = tool.retry
     timeout = tool.timeout_s if tool.timeout_s is not None else ctx.default_timeout_s
+    key = (tool.subagent, tool.id)
+    threaded = tool.kind != "mcp" and not tool.is_async and tool.isolation != "process"
+    nested = frame is not None and not (tool.is_async and tool.runtime == "trio")
     attempts = 0
     while True:
         attempts += 1
         if tool.max_in_flight is not None:
-            limiter = ctx.limits.in_flight((tool.subagent, tool.id), tool.max_in_flight)
-            async with limiter:
+            # the slot is taken before the deadline runs (waiting for a source is not the call's
+            # time) and held for the whole attempt; a thread keeps it until it really ends
+            limiter = ctx.limits.in_flight(key, tool.max_in_flight)
+            borrower = object()
+            await limiter.acquire_on_behalf_of(borrower)
+            slot = HeldSlot(limiter, borrower) if threaded else None
+            try:
                 if tool.per_second is not None:
-                    await ctx.limits.rate((tool.subagent, tool.id), tool.per_second).acquire()
-                outcome = await _attempt(ctx, tool, args, timeout)
+                    await ctx.limits.rate(key, tool.per_second).acquire()
+                if ctx.audit is not None:
+                    ctx.emit_audit("started", **meta, attempt=attempts)
+                if nested:
+                    outcome = await _attempt_with_children(ctx, tool, args, timeout, slot, frame)  # type: ignore[arg-type]
+                else:
+                    outcome = await _attempt(ctx, tool, args, timeout, slot)
+            finally:
+                if slot is None or not slot.handed_over:
+                    limiter.release_on_behalf_of(borrower)
         else:
             if tool.per_second is not None:
-                await ctx.limits.rate((tool.subagent, tool.id), tool.per_second).acquire()
-            outcome = await _attempt(ctx, tool, args, timeout)
+                await ctx.limits.rate(key, tool.per_second).acquire()
+            if ctx.audit is not None:
+                ctx.emit_audit("started", **meta, attempt=attempts)
+            if nested:
+                outcome = await _attempt_with_children(ctx, tool, args, timeout, None, frame)  # type: ignore[arg-type]
+            else:
+                outcome = await _attempt(ctx, tool, args, timeout)
         if outcome.status in policy.on and attempts < policy.max_attempts:
             delay = policy.delay(attempts, ctx.rng.random())
             if ctx.audit is not None:
-                ctx.emit_audit("attempt_failed", **meta, attempt=attempts, status=outcome.status,
-                               retry_in_s=round(delay, 6), error=outcome.error)
+                ctx.emit_audit("retried", **meta, attempt=attempts, status=outcome.status,
+                               retry_in_s=round(delay, 6), error=_scrubbed(ctx, tool, outcome.error, args))
             await trio.sleep(delay)
             continue
         return outcome, attempts
 
 
+def _too_large(value: Any, cap: int) -> int | None:
+    """A lower bound of the JSON size of ``value`` when it already passes ``cap``, found without
+    serialising: strings at the top level or one level down. Else None."""
+    if isinstance(value, str):
+        return len(value) + 2 if len(value) > cap else None
+    if isinstance(value, (dict, list)):
+        items = value.values() if isinstance(value, dict) else value
+        n = 0
+        for v in items:
+            if isinstance(v, str):
+                n += len(v)
+                if n > cap:
+                    return n
+    return None
+
+
 def _check_output(ctx: RunContext, tool: ToolSpec, outcome: Outcome) -> tuple[Outcome, dict | None]:
     value = outcome.value
-    try:
-        raw = orjson.dumps(value)
-    except TypeError as exc:
-        return Outcome("invalid_output", error={"kind": "not_json", "message": f"result is not JSON: {exc}"}), None
-    if len(raw) > ctx.output_cap_bytes:
+    cap = ctx.output_cap_bytes
+    size = _too_large(value, cap)
+    if size is None:
+        try:
+            raw = orjson.dumps(value)
+        except TypeError as exc:
+            return Outcome("invalid_output", error={"kind": "not_json", "message": f"result is not JSON: {exc}"}), None
+        if len(raw) > cap:
+            size = len(raw)
+        del raw
+    if size is not None:
         return Outcome("invalid_output", error={
             "kind": "output_too_large",
-            "message": f"result truncated: {len(raw)} bytes exceed the output cap of {ctx.output_cap_bytes} bytes",
+            "message": f"result dropped: {size} bytes or more exceed the output cap of {cap} bytes (--max-output-bytes)",
         }), None
     if tool.output_validator is not None and not tool.output_validator.is_valid(value):
         msgs = schema_errors(tool.output_validator, value, limit=3)
@@ -147,6 +288,21 @@ def _check_output(ctx: RunContext, tool: ToolSpec, outcome: Outcome) -> tuple[Ou
         if problem is not None:
             return Outcome("invalid_output", error={"kind": "envelope", "message": problem}), None
     return outcome, envelope
+
+
+def _scrubbed(ctx: RunContext, tool: ToolSpec, error: dict | None, args: Any, value: Any = None) -> dict | None:
+    """``error`` with the call's redacted values scrubbed from its message, and cut to size."""
+    if error is None:
+        return None
+    message = error["message"]
+    red = ctx.redactor(tool)
+    if red.active:
+        message = scrub(message, red.secrets(args) + red.secrets(value))
+    if len(message) > MAX_MESSAGE_CHARS:
+        message = message[:MAX_MESSAGE_CHARS] + f"… ({len(message)} characters)"
+    elif message is error["message"]:
+        return error
+    return {"kind": error["kind"], "message": message}
 
 
 def cache_key(tool: ToolSpec, args: dict) -> str:
@@ -167,14 +323,45 @@ async def execute_call(
 ) -> tuple[Receipt, Any, dict | None]:
     """Run one admitted call. Returns its receipt, the real (unredacted) result and envelope
     reading, for the engine's own use (lane handoff, dispatch). Never raises for App failures."""
+    if ctx._dispatching:
+        return await _execute_in_frame(ctx, tool, args, seq, item_key, call_key, args_sha256,
+                                       parent_receipt_id, iteration)
+    return await _execute(ctx, tool, args, seq, item_key, call_key, args_sha256, parent_receipt_id,
+                          iteration, uuid.uuid4().hex, None)
+
+
+async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: int, item_key: str | None,
+                            call_key: str | None, args_sha256: str | None, parent_receipt_id: str | None,
+                            iteration: int | None) -> tuple[Receipt, Any, dict | None]:
+    # the call is visible to dispatch() in its task, threads and asyncio task; a call whose
+    # tool declares no dispatch hides its parent's frame
     receipt_id = uuid.uuid4().hex
+    frame = (CallFrame(ctx, tool, seq, receipt_id, item_key, iteration, trio.lowlevel.current_trio_token())
+             if tool.dispatch else None)
+    token = CURRENT.set(frame)
+    try:
+        return await _execute(ctx, tool, args, seq, item_key, call_key, args_sha256, parent_receipt_id,
+                              iteration, receipt_id, frame)
+    finally:
+        CURRENT.reset(token)
+
+
+async def _execute(
+    ctx: RunContext, tool: ToolSpec, args: dict, seq: int, item_key: str | None, call_key: str | None,
+    args_sha256: str | None, parent_receipt_id: str | None, iteration: int | None, receipt_id: str,
+    frame: CallFrame | None,
+) -> tuple[Receipt, Any, dict | None]:
     red = ctx.redactor(tool)
     args_sha = args_sha256 or sha256_of(args)
     meta = {"seq": seq, "tool": tool.id, "item_key": item_key, "call_key": call_key, "receipt_id": receipt_id}
+    if parent_receipt_id is not None:
+        meta["parent_receipt_id"] = parent_receipt_id
     started = time.time()
     t0 = time.perf_counter()
     if ctx.audit is not None:
-        ctx.emit_audit("started", **meta)
+        ctx.emit_audit("admitted", **meta, subagent=tool.subagent, args_sha256=args_sha)
+    if tool.max_calls is not None:
+        ctx._counts[tool.id] = ctx._counts.get(tool.id, 0) + 1
     cache_state = "off"
     key = None
     outcome: Outcome | None = None
@@ -192,15 +379,13 @@ async def execute_call(
     if outcome is None:
         if ctx.before_start is not None:
             ctx.before_start((seq, tool, args_sha))
-        outcome, attempts = await _run_attempts(ctx, tool, args, meta)
+        outcome, attempts = await _run_attempts(ctx, tool, args, meta, frame)
         if outcome.status == "ok":
             outcome, envelope = _check_output(ctx, tool, outcome)
-            if outcome.status == "ok" and key is not None:
+            # a result holding a redacted value is never stored: the cache is in the state file
+            if outcome.status == "ok" and key is not None and not (red.active and red.secrets(outcome.value)):
                 ctx.cache.put(key, tool.id, outcome.value)  # type: ignore[union-attr]
-    error = outcome.error
-    if error is not None and red.active:
-        secrets = red.secrets(args) + red.secrets(outcome.value)
-        error = {"kind": error["kind"], "message": scrub(error["message"], secrets)}
+    error = _scrubbed(ctx, tool, outcome.error, args) if outcome.error is not None else None
     finished = time.time()
     receipt = Receipt(
         run_id=ctx.run_id,
@@ -228,23 +413,93 @@ async def execute_call(
         duration_ms=round((time.perf_counter() - t0) * 1000, 3),
     )
     if ctx.audit is not None:
-        ctx.emit_audit("finished", **meta, status=receipt.status, attempts=attempts, error=error)
+        ctx.emit_audit("finished", **meta, status=receipt.status, attempts=attempts, cache=cache_state,
+                       error=error, duration_ms=receipt.duration_ms)
+    if ctx.contract.evidence is not None:
+        await give_evidence(ctx, receipt)
     return receipt, (outcome.value if outcome.status == "ok" else None), envelope
+
+
+async def give_evidence(ctx: RunContext, receipt: Receipt) -> None:
+    """Hand a finished receipt's record (redacted) to the registry's evidence hook. The hook's
+    own failure is reported on the audit stream and never breaks the run."""
+    hook = ctx.contract.evidence
+    if hook is None:
+        return
+    try:
+        result = hook(receipt.as_record())
+        if hasattr(result, "__await__"):
+            await result
+    except Exception as exc:  # noqa: BLE001 - App code; its failure is not the run's
+        tool = ctx.contract.subagents[receipt.subagent].tools.get(receipt.tool)
+        err = {"kind": type(exc).__name__, "message": str(exc) or type(exc).__name__}
+        if tool is not None:
+            err = _scrubbed(ctx, tool, err, None) or err
+        ctx.emit_audit("evidence_failed", seq=receipt.seq, tool=receipt.tool, receipt_id=receipt.receipt_id,
+                       error=err)
 
 
 def not_run_receipt(
     ctx: RunContext, tool: ToolSpec, args: Any, *, seq: int, item_key: str | None, call_key: str | None,
     status: str, message: str | None, args_sha256: str | None = None,
+    parent_receipt_id: str | None = None, iteration: int | None = None,
 ) -> Receipt:
     """A receipt for a call that never started (skipped, cancelled before start, denied...)."""
     red = ctx.redactor(tool)
     return Receipt(
         run_id=ctx.run_id, seq=seq, completion_seq=ctx.next_completion(), subagent=tool.subagent,
         tool=tool.id, parallel_batch_id=ctx.parallel_batch_id, item_key=item_key, call_key=call_key,
-        parent_receipt_id=None, iteration=None, receipt_id=uuid.uuid4().hex, status=status,
+        parent_receipt_id=parent_receipt_id, iteration=iteration, receipt_id=uuid.uuid4().hex, status=status,
         abandoned=False, attempts=0, cache="off",
         args_sha256=args_sha256 if args_sha256 is not None else (sha256_of(args) if args is not None else None),
         args=red.apply(args), result=None,
         error={"kind": status, "message": message} if message else None, envelope=None,
         started_at=None, finished_at=None, duration_ms=0.0,
     )
+
+
+async def execute_child(frame: CallFrame, tool: ToolSpec, args: Any) -> Any:
+    """A dispatched call (SPEC 5.6): its own receipt (with ``parent_receipt_id``) through every
+    gate of an ordinary call. Returns the result; raises DispatchError unless it is ``ok``."""
+    ctx = frame.ctx
+    if not isinstance(args, dict):
+        raise DispatchError(f"dispatch to '{tool.id}' refused: arguments must be an object, not {type(args).__name__}")
+    try:
+        args = orjson.loads(orjson.dumps(args))  # JSON only, and a copy the caller cannot change
+    except (TypeError, orjson.JSONDecodeError) as exc:
+        raise DispatchError(f"dispatch to '{tool.id}' refused: arguments are not JSON ({exc})") from None
+    seq = ctx.new_child_seq()
+    where = {"seq": seq, "item_key": frame.item_key, "call_key": None,
+             "parent_receipt_id": frame.receipt_id, "iteration": frame.iteration}
+    refusal: tuple[str, str] | None = None
+    if tool.input_validator is not None and not tool.input_validator.is_valid(args):
+        msgs = schema_errors(tool.input_validator, args, limit=3)
+        refusal = ("invalid_input", "dispatched arguments fail input_schema: " + "; ".join(msgs))
+    elif tool.max_calls is not None and ctx._counts.get(tool.id, 0) >= tool.max_calls:
+        refusal = ("budget_exceeded", f"tool '{tool.id}' has made its max_calls ({tool.max_calls}) in this run")
+    elif tool.approval is not None and tool.approval.matches(args, tool.effect):
+        refusal = ("denied", f"tool '{tool.id}' needs approval here ({tool.approval_text}); "
+                             "a dispatched call cannot wait for it")
+    if refusal is not None:
+        receipt = not_run_receipt(ctx, tool, args, status=refusal[0], message=refusal[1], **where)
+        ctx.add_child(frame.seq, receipt)
+        if ctx.contract.evidence is not None:
+            await give_evidence(ctx, receipt)
+        raise DispatchError(f"dispatch to '{tool.id}' ended {refusal[0]}: {refusal[1]}", receipt.as_record())
+    settled = False
+    try:
+        receipt, value, _envelope = await execute_call(ctx, tool, args, args_sha256=sha256_of(args), **where)
+        settled = True
+    finally:
+        if not settled:  # cancelled with its parent: it still gets a receipt
+            ctx.add_child(frame.seq, not_run_receipt(
+                ctx, tool, args, status="cancelled", message="the dispatching call ended before this call finished",
+                **where))
+    ctx.add_child(frame.seq, receipt)
+    if receipt.status != "ok":
+        err = receipt.error or {}
+        raise DispatchError(
+            f"dispatch to '{tool.id}' ended {receipt.status}: {err.get('message', receipt.status)}",
+            receipt.as_record(),
+        )
+    return value

@@ -110,10 +110,23 @@ def _leaves(value: Any, found: list[str]) -> None:
         found.append(str(value))
 
 
+def _forms(secret: str) -> set[str]:
+    """A secret as messages may quote it: as is, escaped as a Python repr and as JSON."""
+    import json
+
+    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    return {f for f in forms if f}
+
+
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret replaced; longest first so overlapping secrets vanish whole."""
-    for s in sorted(set(secrets), key=len, reverse=True):
-        if len(s) >= 1 and s in text:
+    if not text:
+        return text
+    forms: set[str] = set()
+    for s in secrets:
+        if s:
+            forms |= _forms(s)
+    for s in sorted(forms, key=len, reverse=True):
+        if s in text:
             text = text.replace(s, REDACTED)
     return text
-

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import trio
 
 from ..contract.compiled import ToolSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 _thread_limiter: trio.CapacityLimiter | None = None
 
@@ -24,32 +26,50 @@ def thread_limiter() -> trio.CapacityLimiter:
     return _thread_limiter
 
 
-class Abandoned(Exception):
-    """Internal marker: the deadline passed while a thread kept running."""
+class HeldSlot:
+    """A tool's ``max_in_flight`` slot, already taken by the caller, handed to a worker thread:
+    trio gives it back when the thread really ends, so an abandoned thread keeps its slot and a
+    source limit stays hard even after a timeout. ``handed_over`` says whether trio took charge
+    of giving it back (else the caller still must)."""
+
+    __slots__ = ("tool", "borrower", "handed_over")
+
+    def __init__(self, tool: trio.CapacityLimiter, borrower: object):
+        self.tool = tool
+        self.borrower = borrower
+        self.handed_over = False
+
+    async def acquire_on_behalf_of(self, borrower: object) -> None:
+        await thread_limiter().acquire_on_behalf_of(borrower)
+        self.handed_over = True
+
+    def release_on_behalf_of(self, borrower: object) -> None:
+        thread_limiter().release_on_behalf_of(borrower)
+        self.tool.release_on_behalf_of(self.borrower)
 
 
-async def run_in_thread(fn: Any, args: dict) -> Any:
-    return await trio.to_thread.run_sync(
-        functools.partial(fn, **args), abandon_on_cancel=True, limiter=thread_limiter()
-    )
+async def run_in_thread(fn: Any, args: dict, slot: HeldSlot | None = None) -> Any:
+    """``fn(**args)`` in a worker thread, abandoned (left running) if cancelled. The thread sees
+    the caller's context variables (the running call, for dispatch)."""
+    limiter: Any = thread_limiter() if slot is None else slot
+    return await trio.to_thread.run_sync(functools.partial(fn, **args), abandon_on_cancel=True, limiter=limiter)
 
 
-def _call_ref(ref: str, app_root: str, args: dict) -> Any:
-    # runs in the worker process: resolve there, so nothing unpicklable crosses over
-    from ..contract.callables import resolve
+async def run_in_process(tool: ToolSpec, app_root: str, args: dict, cap: int | None = None) -> Any:
+    """``fn(**args)`` in a warm worker process, which is stopped (TERM, grace, KILL) if the call
+    is cancelled. Raises ``procpool.WorkerFailure`` when the callable raised."""
+    from .procpool import current_pool
 
-    r = resolve(ref, app_root)
-    if r.fn is None:
-        raise RuntimeError(r.message)
-    return r.fn(**args)
+    pool = current_pool()
+    worker = await pool.acquire(app_root)
+    return await pool.call(worker, tool.ref, args, cap)
 
 
-async def run_in_process(tool: ToolSpec, app_root: str, args: dict) -> Any:
-    try:
-        import trio_parallel
-    except ImportError as exc:  # the extra is not installed
-        raise RuntimeError("isolation: process needs the extra: pip install 'toolloop[process]'") from exc
-    return await trio_parallel.run_sync(_call_ref, tool.ref, app_root, args, kill_on_cancel=True)
+def asyncio_tool(fn: F) -> F:
+    """Mark an async callable as written for asyncio: it runs on the shared asyncio loop thread
+    instead of the engine's trio loop (see docs/calls.md for the automatic detection)."""
+    fn.__toolloop_runtime__ = "asyncio"  # type: ignore[attr-defined]
+    return fn
 
 
 class _AsyncioLoop:
@@ -75,17 +95,38 @@ def asyncio_loop() -> Any:
     return _asyncio.loop
 
 
+async def _captured(fn: Any, args: dict) -> tuple[bool, Any]:
+    # the task itself never fails, so asyncio never logs an unretrieved exception (which would
+    # print a traceback that may quote an argument)
+    try:
+        return True, await fn(**args)
+    except Exception as exc:  # noqa: BLE001 - handed back to the engine as the call's failure
+        return False, exc
+
+
 async def run_on_asyncio(fn: Any, args: dict) -> Any:
+    """Await ``fn(**args)`` on the asyncio loop thread; cancellation cancels the asyncio task.
+    The task runs in a copy of the caller's context (call_soon_threadsafe copies it)."""
     import asyncio
 
     loop = asyncio_loop()
-    fut = asyncio.run_coroutine_threadsafe(fn(**args), loop)
+    fut = asyncio.run_coroutine_threadsafe(_captured(fn, args), loop)
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
-    fut.add_done_callback(lambda _f: token.run_sync_soon(done.set))
+
+    def wake(_f: Any) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass
+
+    fut.add_done_callback(wake)
     try:
         await done.wait()
     finally:
         if not fut.done():
             fut.cancel()  # cancels the asyncio task: a real stop, unlike a thread
-    return fut.result()
+    ok, value = fut.result()
+    if not ok:
+        raise value
+    return value

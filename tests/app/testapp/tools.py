@@ -115,3 +115,170 @@ def fail_then_ok(path: str, failures: int) -> dict:
 async def boom_async(message: str = "boom") -> dict:
     """Async and always raises (usable under a mock clock: no thread)."""
     raise RuntimeError(message)
+
+
+# --- one call, fully governed (tests/test_calls_*.py, test_dispatch.py, test_redaction.py,
+# test_workers.py) ---------------------------------------------------------------------------
+
+import threading as _threading  # noqa: E402
+
+SYNC_FLIGHT = {"now": 0, "max": 0, "calls": 0}
+_SYNC_LOCK = _threading.Lock()
+STAMPS: list = []  # trio.current_time() at each start of `stamp`
+FAILS: dict = {}  # per key: failures still to raise (flaky_async)
+EVIDENCE: list = []  # records given to the evidence hook
+
+
+def reset_governed() -> None:
+    SYNC_FLIGHT.update(now=0, max=0, calls=0)
+    STAMPS.clear()
+    FAILS.clear()
+    EVIDENCE.clear()
+
+
+def hold_sync(key: str, seconds: float = 0.01) -> dict:
+    """Sync (worker thread): counts itself in flight while it sleeps."""
+    with _SYNC_LOCK:
+        SYNC_FLIGHT["now"] += 1
+        SYNC_FLIGHT["calls"] += 1
+        SYNC_FLIGHT["max"] = max(SYNC_FLIGHT["max"], SYNC_FLIGHT["now"])
+    try:
+        time.sleep(seconds)
+    finally:
+        with _SYNC_LOCK:
+            SYNC_FLIGHT["now"] -= 1
+    return {"key": key}
+
+
+async def stamp(key: str) -> dict:
+    """Async: records the (mock) time it started."""
+    STAMPS.append(trio.current_time())
+    return {"key": key}
+
+
+async def flaky_async(key: str, failures: int = 0, hang: bool = False) -> dict:
+    """Async: fails (raises, or hangs past any timeout when ``hang``) ``failures`` times per key,
+    then succeeds."""
+    left = FAILS.setdefault(key, failures)
+    if left > 0:
+        FAILS[key] = left - 1
+        if hang:
+            await trio.sleep_forever()
+        raise RuntimeError(f"planned failure of {key}")
+    return {"key": key}
+
+
+async def late_result(seconds: float) -> dict:
+    """Async: moves the mock clock past its own deadline without a checkpoint, then returns."""
+    trio.lowlevel.current_clock().jump(seconds)
+    return {"late": True}
+
+
+async def hang_async() -> dict:
+    await trio.sleep_forever()
+    return {}
+
+
+def pid_sleep(path: str, seconds: float, ignore_term: bool = False) -> dict:
+    """Writes its process id to ``path``, then sleeps (optionally deaf to SIGTERM)."""
+    import signal
+
+    if ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with open(path, "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(seconds)
+    return {"pid": os.getpid()}
+
+
+def whoami(**kwargs) -> dict:
+    """The process it runs in, and what it received."""
+    return {"pid": os.getpid(), "received": kwargs}
+
+
+def exit_now(code: int = 3) -> dict:
+    os._exit(code)
+
+
+def secret_raise(user: str, password: str) -> dict:
+    """Raises an exception quoting its secret argument in several spellings."""
+    raise ValueError(f"login failed for {user} with password {password} (repr {password!r}; args {dict(user=user, password=password)})")
+
+
+def secret_result(user: str, password: str) -> dict:
+    """Returns its secret in the result (a redacted output field)."""
+    return {"user": user, "token": password}
+
+
+async def asyncio_marked(seconds: float = 0.0):
+    """Runs on asyncio because it says so (no asyncio name in its code)."""
+    import sniffio
+
+    return {"library": sniffio.current_async_library()}
+
+
+asyncio_marked.__toolloop_runtime__ = "asyncio"
+
+
+async def asyncio_library() -> dict:
+    import sniffio
+
+    await asyncio.sleep(0)
+    return {"library": sniffio.current_async_library()}
+
+
+async def trio_library() -> dict:
+    import sniffio
+
+    await trio.sleep(0)
+    return {"library": sniffio.current_async_library()}
+
+
+def route_sync(target: str, args: dict, catch: bool = False) -> dict:
+    """Sync router: dispatches one call and returns its result."""
+    from toolloop_cli import DispatchError, dispatch
+
+    try:
+        return {"child": dispatch(target, args)}
+    except DispatchError as exc:
+        if not catch:
+            raise
+        return {"refused": str(exc), "receipt": (exc.receipt or {}).get("status")}
+
+
+async def route_trio(target: str, args: dict, catch: bool = False) -> dict:
+    from toolloop_cli import DispatchError, dispatch
+
+    try:
+        return {"child": await dispatch(target, args)}
+    except DispatchError as exc:
+        if not catch:
+            raise
+        return {"refused": str(exc), "receipt": (exc.receipt or {}).get("status")}
+
+
+async def route_asyncio(target: str, args: dict, catch: bool = False) -> dict:
+    from toolloop_cli import DispatchError, dispatch
+
+    await asyncio.sleep(0)
+    try:
+        return {"child": await dispatch(target, args)}
+    except DispatchError as exc:
+        if not catch:
+            raise
+        return {"refused": str(exc), "receipt": (exc.receipt or {}).get("status")}
+
+
+def route_many(target: str, items: list) -> dict:
+    """Sync router: dispatches one call per item, in order."""
+    from toolloop_cli import dispatch
+
+    return {"children": [dispatch(target, a) for a in items]}
+
+
+def evidence_collect(record: dict) -> None:
+    EVIDENCE.append(record)
+
+
+def evidence_fail(record: dict) -> None:
+    raise RuntimeError(f"evidence store down for {record['args']}")
