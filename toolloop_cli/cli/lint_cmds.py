@@ -16,8 +16,10 @@ LOCK_NAME = "toolloop.lock"
 
 
 def _require_file(path: Path, what: str) -> None:
+    if path.is_dir():
+        fail(f"{what} is a folder, not a file: {path}", 2)
     if not path.is_file():
-        fail(f"{what} not found: {path}", 2, "check the path")
+        fail(f"{what} not found: {path}", 2)
 
 
 def validate(
@@ -63,31 +65,39 @@ def validate(
 
 
 def _lock_drift(registry: Path, contract: object) -> list:
+    """TL370 for every tool added, removed or changed since the lock was written, at the tool's
+    place in the registry; TL371 when there is no readable lock."""
     from ..contract.problems import Problem
-    from ..contract.registry import display_path
+    from ..contract.registry import display_path, load_document
 
     lock_path = registry.parent / LOCK_NAME
     shown = display_path(lock_path)
     try:
         lock = json.loads(lock_path.read_text(encoding="utf-8"))
         locked_tools = lock["tools"]
+        if not isinstance(locked_tools, dict):
+            raise TypeError("'tools' is not a mapping")
     except FileNotFoundError:
-        return [Problem("TL371", f"{shown} does not exist", shown, hint=f"run 'toolloop lock {registry}'")]
+        return [Problem("TL371", f"{shown} does not exist", display_path(registry),
+                        hint=f"run 'toolloop lock {registry}' and commit {LOCK_NAME}")]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         return [Problem("TL371", f"{shown} is unreadable: {exc}", shown, hint=f"run 'toolloop lock {registry}' again")]
     current = contract.tool_hashes()  # type: ignore[attr-defined]
+    smap = load_document(registry).smap
     out = []
-    reg_shown = display_path(registry)
     for name in sorted(set(current) | set(locked_tools)):
+        sid, _, tid = name.partition("/")
         if name not in locked_tools:
-            msg = f"tool '{name}' is not in {shown}"
+            msg = f"tool '{name}' is not in {shown} (added since the lock was written)"
         elif name not in current:
             msg = f"tool '{name}' is in {shown} but no longer in the registry"
         elif locked_tools[name] != current[name]:
             msg = f"tool '{name}' changed since {shown} was written"
         else:
             continue
-        out.append(Problem("TL370", msg, reg_shown, hint=f"review the change, then run 'toolloop lock {registry}'"))
+        line, col = smap.position(("subagents", sid, "tools", tid), at_key=True)
+        out.append(Problem("TL370", msg, smap.file, line, col, f"subagents.{sid}.tools.{tid}",
+                           hint=f"review the change, then run 'toolloop lock {registry}'"))
     return out
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from .problems import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -39,22 +42,59 @@ def resolve(ref: str, app_root: str) -> Resolved:
         )
     ensure_on_path(app_root)
     try:
-        obj: Any = importlib.import_module(module_name)
+        # an App module that prints while importing must not corrupt machine-readable output
+        with contextlib.redirect_stdout(sys.stderr):
+            obj: Any = importlib.import_module(module_name)
     except BaseException as exc:  # noqa: BLE001 - user code at import time; SystemExit included
         if isinstance(exc, KeyboardInterrupt):
             raise
-        return Resolved(
-            None, "TL306", f"cannot import module '{module_name}': {type(exc).__name__}: {exc}",
-            f"check the module exists under app_root ({app_root})",
-        )
+        return _import_failure(module_name, app_root, exc)
     for seg in segments_attr:
         try:
             obj = getattr(obj, seg)
         except AttributeError:
-            return Resolved(None, "TL307", f"'{ref}': no attribute '{seg}'", "check the spelling of the function name")
+            near = did_you_mean(seg, [n for n in dir(obj) if not n.startswith("_")])
+            return Resolved(
+                None, "TL307", f"'{ref}': '{seg}' is not an attribute of {_describe(obj)}",
+                f"did you mean '{near}'?" if near else "check the spelling of the function name",
+            )
     if not callable(obj):
-        return Resolved(None, "TL308", f"'{ref}' is a {type(obj).__name__}, not a callable", "point at a function")
+        return Resolved(
+            None, "TL308", f"'{ref}' is not callable (it is {_article(type(obj).__name__)})",
+            "point at a function, a class or an object with __call__",
+        )
     return Resolved(obj)
+
+
+def _article(name: str) -> str:
+    return ("an " if name[:1].lower() in "aeiou" else "a ") + name
+
+
+def _describe(obj: Any) -> str:
+    if inspect.ismodule(obj):
+        return f"module '{obj.__name__}'"
+    return f"'{getattr(obj, '__qualname__', type(obj).__name__)}'"
+
+
+def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Resolved:
+    missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+    if missing is not None and (module_name == missing or module_name.startswith(missing + ".")):
+        return Resolved(
+            None, "TL306", f"cannot import module '{module_name}': no module named '{missing}' under app_root",
+            f"check the spelling, or set app_root to the folder that holds '{missing.split('.')[0]}' "
+            f"(now {app_root})",
+        )
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f" (at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return Resolved(
+        None, "TL306", f"importing module '{module_name}' failed: {detail}{where}",
+        "fix the error in the module (it runs when the registry is loaded)",
+    )
 
 
 def is_async(fn: Callable[..., Any]) -> bool:

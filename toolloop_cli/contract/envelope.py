@@ -52,11 +52,12 @@ def compile_envelope(decl: EnvelopeDecl, output_schema: Any) -> tuple[Envelope |
     problems: list[tuple[tuple, str]] = []
     g = decl.graph
     if not g.continue_statuses and not g.stop_statuses:
-        problems.append((("graph",), "continue_statuses and stop_statuses are both empty"))
-    both = set(g.continue_statuses) & set(g.stop_statuses)
-    if both:
-        problems.append((("graph",), f"status(es) {sorted(both)} are in both continue_statuses and stop_statuses"))
-    mapped: dict[str, str] = {"graph.status_field": g.status_field}
+        problems.append((("graph",), "continue_statuses and stop_statuses are both empty, so no status can be read"))
+    for i, status in enumerate(g.stop_statuses):
+        if status in g.continue_statuses:
+            problems.append((("graph", "stop_statuses", i),
+                             f"status '{status}' is in both continue_statuses and stop_statuses"))
+    mapped: dict[str, tuple[tuple, str]] = {"graph.status_field": (("graph", "status_field"), g.status_field)}
     diag: tuple[tuple[str, str], ...] = ()
     if decl.diagnosis is not None:
         d = decl.diagnosis
@@ -67,20 +68,26 @@ def compile_envelope(decl: EnvelopeDecl, output_schema: Any) -> tuple[Envelope |
             ("facts", d.facts_field),
         )
         for name, field in diag:
-            mapped[f"diagnosis.{name}_field"] = field
+            mapped[f"diagnosis.{name}_field"] = (("diagnosis", f"{name}_field"), field)
     seen: dict[str, str] = {}
-    for role, field in mapped.items():
+    for role, (where, field) in mapped.items():
         if field in seen:
-            problems.append(((role.split(".")[0],), f"'{field}' is mapped twice ({seen[field]} and {role}): ambiguous"))
-        seen[field] = role
+            problems.append((where, f"'{field}' is mapped twice ({seen[field]} and {role}): ambiguous"))
+        else:
+            seen[field] = role
     if isinstance(output_schema, dict) and output_schema.get("additionalProperties") is False:
         declared = set((output_schema.get("properties") or {}).keys())
-        for role, field in mapped.items():
+        for role, (where, field) in mapped.items():
             if field not in declared:
-                problems.append(((role.split(".")[0],), f"{role} '{field}' is not a property of the closed output_schema"))
-        for f in decl.handoff_fields:
+                problems.append((where, f"{role} '{field}' is not a property of the closed output_schema"))
+        if decl.diagnosis is not None:
+            for i, f in enumerate(decl.diagnosis.fields):
+                if f not in declared:
+                    problems.append((("diagnosis", "fields", i),
+                                     f"diagnosis field '{f}' is not a property of the closed output_schema"))
+        for i, f in enumerate(decl.handoff_fields):
             if f not in declared:
-                problems.append((("handoff_fields",), f"handoff field '{f}' is not a property of the closed output_schema"))
+                problems.append((("handoff_fields", i), f"handoff field '{f}' is not a property of the closed output_schema"))
     if problems:
         return None, problems
     return (

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -16,8 +16,8 @@ from .callables import is_async, resolve
 from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec
 from .envelope import compile_envelope
 from .models import RegistryDecl, ToolDecl
-from .problems import Collector, Problem
-from .source import SourceMap, YamlRejected, load_yaml
+from .problems import Collector, Problem, did_you_mean, json_path
+from .source import LoadIssue, SourceMap, YamlRejected, load_yaml
 from .validation import report_model_errors
 
 
@@ -35,10 +35,15 @@ class LoadedDoc:
     data: Any
     smap: SourceMap
     collector: Collector
+    issues: list[LoadIssue] = field(default_factory=list)
 
 
-def load_document(path: str | os.PathLike) -> LoadedDoc:
-    """Read and parse a YAML file; load failures become findings (TL101, TL102, TL104...)."""
+def load_document(path: str | os.PathLike, recode: Callable[[LoadIssue], LoadIssue] | None = None) -> LoadedDoc:
+    """Read and parse a YAML file; load failures become findings (TL101, TL102, TL104...).
+
+    ``recode`` may turn a generic load issue into a more specific one (a duplicate tool id
+    rather than a duplicate key) before it becomes a finding.
+    """
     shown = display_path(path)
     smap = SourceMap(shown)
     col = Collector(smap)
@@ -47,22 +52,52 @@ def load_document(path: str | os.PathLike) -> LoadedDoc:
     except FileNotFoundError:
         col.add("TL101", f"file not found: {path}", hint="check the path")
         return LoadedDoc(None, smap, col)
-    except (OSError, UnicodeDecodeError) as exc:
-        col.add("TL101", f"cannot read {path}: {exc}", hint="check the file is readable UTF-8 text")
+    except IsADirectoryError:
+        col.add("TL101", f"cannot read {path}: it is a folder", hint="name a YAML file")
+        return LoadedDoc(None, smap, col)
+    except UnicodeDecodeError as exc:
+        col.add("TL101", f"cannot read {path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8")
+        return LoadedDoc(None, smap, col)
+    except OSError as exc:
+        col.add("TL101", f"cannot read {path}: {exc.strerror or exc}", hint="check the file exists and is readable")
         return LoadedDoc(None, smap, col)
     try:
         data, smap, issues = load_yaml(text, shown)
     except YamlRejected as rej:
         i = rej.issue
-        col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, "", i.hint))
+        col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, json_path(i.path), i.hint))
         return LoadedDoc(None, smap, col)
+    if recode is not None:
+        issues = [recode(i) for i in issues]
     col = Collector(smap)
     for i in issues:
-        col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, ".".join(map(str, i.path)), i.hint))
+        col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, json_path(i.path), i.hint))
     if not isinstance(data, dict):
-        col.add("TL106", "the document must be a mapping at the top level", hint="start with 'version: 1'")
-        return LoadedDoc(None, smap, col)
-    return LoadedDoc(data, smap, col)
+        found = "a list" if isinstance(data, list) else f"the single value {data!r}"
+        col.add("TL106", f"the document must be a mapping at the top level, found {found}",
+                hint="start with 'version: 1'")
+        return LoadedDoc(None, smap, col, issues)
+    return LoadedDoc(data, smap, col, issues)
+
+
+def _tool_id_issue(issue: LoadIssue) -> LoadIssue:
+    """A duplicate key that is a tool id is a duplicate tool (TL301)."""
+    p = issue.path
+    if issue.code == "TL103" and len(p) == 4 and p[0] == "subagents" and p[2] == "tools":
+        first = issue.message.rsplit("line ", 1)[-1].rstrip(")")
+        return LoadIssue(
+            "TL301",
+            f"duplicate tool id '{p[3]}' in subagent '{p[1]}' (first defined at line {first})",
+            issue.line,
+            issue.col,
+            p,
+            "rename one of the two tools, or remove one",
+        )
+    return issue
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    return sorted(problems, key=lambda p: p.sort_key)
 
 
 def load_registry(
@@ -74,27 +109,94 @@ def load_registry(
     """Load, validate and compile a registry.
 
     Returns the compiled ``Contract`` (None when any error was found) and every finding,
-    warnings included, sorted by place.
+    warnings included, sorted by place. Parts of the file that fail their declaration (an
+    unknown key, a wrong type) are left out and the rest is still checked, so one run reports
+    the mistakes of the whole file.
     """
-    doc = load_document(path)
+    doc = load_document(path, recode=_tool_id_issue)
     col = doc.collector
     if doc.data is None:
-        return None, sorted(col.problems, key=lambda p: p.sort_key)
+        return None, _sorted(col.problems)
+    # a value refused while loading (a language tag, NaN) was replaced by null: leave its part out
+    broken: list[tuple] = [i.path for i in doc.issues if i.code == "TL105"]
     try:
-        decl = RegistryDecl.model_validate(doc.data)
+        decl: RegistryDecl | None = RegistryDecl.model_validate(doc.data)
     except ValidationError as exc:
-        report_model_errors(exc, RegistryDecl, col)
-        return None, sorted(col.problems, key=lambda p: p.sort_key)
-    if col.has_errors:  # duplicate keys or bad tags: the data is not what the user meant
-        return None, sorted(col.problems, key=lambda p: p.sort_key)
-    contract = _compile(decl, FsPath(path), col, default_timeout_s, app_root)
-    problems = sorted(col.problems, key=lambda p: p.sort_key)
+        broken += report_model_errors(exc, RegistryDecl, col, data=doc.data)
+        decl = None
+    partial = _Partial()
+    if broken:
+        decl = _salvage(doc.data, broken, partial)
+    if decl is None:
+        return None, _sorted(col.problems)
+    contract = _compile(decl, FsPath(path), col, default_timeout_s, app_root, partial)
+    problems = _sorted(col.problems)
     if col.has_errors:
         return None, problems
     return contract, problems
 
 
-def _root_for(decl: RegistryDecl, path: FsPath, col: Collector, override: str | None) -> str:
+@dataclass
+class _Partial:
+    """What was left out of a registry with broken parts, so that checks of the rest do not
+    report consequences of the same mistake twice."""
+
+    left_out_tools: dict[str, set[str]] = field(default_factory=dict)
+    unknown_defaults: set[str] = field(default_factory=set)
+    skip_evidence: bool = False
+
+
+def _salvage(data: dict, broken: list[tuple], partial: _Partial) -> RegistryDecl | None:
+    """The declaration without the broken tools, runner_defaults and unknown keys, or None
+    when what is broken is needed to check anything else (subagents, app_root)."""
+    top = dict(data)
+    subs = dict(top["subagents"]) if isinstance(top.get("subagents"), dict) else None
+    if subs is not None:
+        top["subagents"] = subs
+        for sid, sub in subs.items():
+            if isinstance(sub, dict):
+                subs[sid] = dict(sub)
+                if isinstance(sub.get("tools"), dict):
+                    subs[sid]["tools"] = dict(sub["tools"])
+    for loc in broken:
+        if not loc:
+            return None
+        head = loc[0]
+        if head == "version":
+            top["version"] = 1
+            continue
+        if head in ("app_root",) or (head == "subagents" and (len(loc) == 1 or subs is None)):
+            return None
+        if head != "subagents":
+            top.pop(head, None)
+            partial.skip_evidence = partial.skip_evidence or head == "evidence"
+            continue
+        sid = loc[1]
+        sub = subs.get(sid)
+        if not isinstance(sub, dict) or len(loc) == 2:
+            subs.pop(sid, None)
+            continue
+        key = loc[2]
+        if key == "tools":
+            if len(loc) == 3 or not isinstance(sub.get("tools"), dict):
+                subs.pop(sid, None)
+                continue
+            tid = loc[3]
+            sub["tools"].pop(tid, None)
+            partial.left_out_tools.setdefault(str(sid), set()).add(str(tid))
+        elif key == "runner_defaults":
+            sub.pop("runner_defaults", None)
+            partial.unknown_defaults.add(str(sid))
+        else:
+            sub.pop(key, None)
+    try:
+        return RegistryDecl.model_validate(top)
+    except ValidationError:
+        return None
+
+
+def _root_for(decl: RegistryDecl, path: FsPath, col: Collector, override: str | None) -> str | None:
+    """The folder put first on sys.path, or None (with a finding) when it is not a folder."""
     base = path.resolve().parent
     if override is not None:
         root = FsPath(override).resolve()
@@ -103,7 +205,10 @@ def _root_for(decl: RegistryDecl, path: FsPath, col: Collector, override: str | 
     else:
         root = base
     if not root.is_dir():
-        col.add("TL312", f"app_root '{root}' is not a folder", ("app_root",), "point app_root at the folder holding the App package")
+        given = "--app-root" if override is not None else "app_root"
+        col.add("TL312", f"{given} '{root}' is not a folder, so no callable can be resolved", ("app_root",),
+                "point app_root (relative to the registry file) at the folder holding the App package")
+        return None
     return str(root)
 
 
@@ -113,33 +218,39 @@ def _compile(
     col: Collector,
     default_timeout_s: float | None,
     app_root_override: str | None,
+    partial: _Partial | None = None,
 ) -> Contract | None:
+    partial = partial or _Partial()
     root = _root_for(decl, path, col, app_root_override)
     evidence = None
-    if decl.evidence is not None:
+    if decl.evidence is not None and root is not None:
         r = resolve(decl.evidence, root)
         if r.fn is None:
             col.add("TL360", f"evidence hook: {r.message}", ("evidence",), r.hint)
         evidence = r.fn
     subagents: dict[str, SubagentSpec] = {}
     for sid, sdecl in decl.subagents.items():
+        rd = sdecl.runner_defaults
+        check_timeout = sid not in partial.unknown_defaults
         tools: dict[str, ToolSpec] = {}
         for tid, tdecl in sdecl.tools.items():
-            spec = _compile_tool(sid, tid, tdecl, sdecl.runner_defaults.tool_timeout_s, default_timeout_s, root, col)
+            spec = _compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout)
             if spec is not None:
                 tools[tid] = spec
         names = set(sdecl.tools)
-        rd = sdecl.runner_defaults
+        known = names | partial.left_out_tools.get(sid, set())
         for i, name in enumerate(rd.allowed_tools or []):
-            if name not in names:
-                _unknown_tool(col, "TL302", name, names, ("subagents", sid, "runner_defaults", "allowed_tools", i))
+            if name not in known:
+                _unknown_tool(col, "TL302", f"allowed_tools names '{name}', which is not a tool of subagent '{sid}'",
+                              name, known, ("subagents", sid, "runner_defaults", "allowed_tools", i))
         for tid, tdecl in sdecl.tools.items():
             for i, name in enumerate(tdecl.dispatch):
-                if name not in names:
-                    _unknown_tool(col, "TL303", name, names, ("subagents", sid, "tools", tid, "dispatch", i))
+                if name not in known:
+                    _unknown_tool(col, "TL303", f"tool '{tid}' dispatches to '{name}', which is not a tool of subagent '{sid}'",
+                                  name, known, ("subagents", sid, "tools", tid, "dispatch", i))
         allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sdecl.tools)
         subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s)
-    if col.has_errors:
+    if col.has_errors or root is None:
         return None
     return Contract(
         file=str(path),
@@ -151,11 +262,9 @@ def _compile(
     )
 
 
-def _unknown_tool(col: Collector, code: str, name: str, names: set[str], where: tuple) -> None:
-    from .problems import did_you_mean
-
+def _unknown_tool(col: Collector, code: str, message: str, name: str, names: set[str], where: tuple) -> None:
     near = did_you_mean(name, names)
-    col.add(code, f"'{name}' is not a tool of this subagent", where,
+    col.add(code, message, where,
             f"did you mean '{near}'?" if near else f"registered tools: {', '.join(sorted(names)) or 'none'}")
 
 
@@ -165,24 +274,28 @@ def _compile_tool(
     t: ToolDecl,
     subagent_timeout: float | None,
     default_timeout_s: float | None,
-    root: str,
+    root: str | None,
     col: Collector,
+    check_timeout: bool = True,
 ) -> ToolSpec | None:
     at = ("subagents", sid, "tools", tid)
     errors_before = sum(p.level == "error" for p in col.problems)
     if (t.callable is None) == (t.mcp is None):
-        col.add("TL309", f"tool '{tid}' needs exactly one of 'callable' or 'mcp'", at, "keep one of the two", at_key=True)
+        found = "both" if t.callable is not None else "neither"
+        col.add("TL309", f"tool '{tid}' needs exactly one of 'callable' or 'mcp', found {found}", at,
+                "keep one of the two" if found == "both" else "add 'callable: package.module:function'", at_key=True)
     fn = None
     if t.callable is not None:
         for key in ("description", "input_schema", "output_schema"):
             if getattr(t, key) is None:
-                col.add("TL202", f"required key '{key}' is missing for a callable tool", at,
+                col.add("TL202", f"required key '{key}' is missing for callable tool '{tid}'", at,
                         f"add '{key}:' ({'{}'} means open)" if key != "description" else "add 'description:'", at_key=True)
-        r = resolve(t.callable, root)
-        if r.fn is None:
-            col.add(r.code or "TL306", r.message, at + ("callable",), r.hint)
-        fn = r.fn
-    if t.timeout_s is None and subagent_timeout is None and default_timeout_s is None:
+        if root is not None:
+            r = resolve(t.callable, root)
+            if r.fn is None:
+                col.add(r.code or "TL306", r.message, at + ("callable",), r.hint)
+            fn = r.fn
+    if check_timeout and t.timeout_s is None and subagent_timeout is None and default_timeout_s is None:
         col.add("TL310", f"tool '{tid}' has no timeout", at,
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous = fn is not None and is_async(fn)
@@ -220,8 +333,8 @@ def _compile_tool(
             if "asyncio" in libs and "trio" not in libs:
                 runtime = "asyncio"
     if t.isolation == "process" and asynchronous:
-        col.add("TL311", "isolation: process applies to sync callables only", at + ("isolation",),
-                "remove 'isolation' or make the callable sync")
+        col.add("TL311", f"isolation: process applies to sync callables only, and '{t.callable}' is async",
+                at + ("isolation",), "remove 'isolation' or make the callable sync")
     validators = {}
     for key in ("input_schema", "output_schema"):
         schema = getattr(t, key)
@@ -229,9 +342,9 @@ def _compile_tool(
             validators[key] = None
             continue
         ok = True
-        for spath, message in schemas.meta_errors(schema):
+        for spath, message, hint in schemas.meta_errors(schema):
             col.add("TL320", f"{key} is not a valid JSON Schema: {message}", at + (key,) + spath,
-                    "see https://json-schema.org/draft/2020-12 for the keyword's form")
+                    hint or "see https://json-schema.org/draft/2020-12 for the keyword's form")
             ok = False
         for spath, code, message in schemas.check_refs(schema):
             col.add(code, message, at + (key,) + spath, "use a local reference such as '#/$defs/name'")
@@ -240,7 +353,8 @@ def _compile_tool(
             try:
                 validators[key] = schemas.compile_validator(schema, mask=bool(t.redact) or _has_write_only(schema))
             except Exception as exc:  # noqa: BLE001 - the validator library's own errors
-                col.add("TL320", f"{key} does not compile: {str(exc).splitlines()[0]}", at + (key,))
+                col.add("TL320", f"{key} does not compile: {str(exc).splitlines()[0]}", at + (key,),
+                        "fix the keyword the message names")
                 validators[key] = None
     envelope = None
     if t.control_envelope is not None:
@@ -248,22 +362,30 @@ def _compile_tool(
         for sub, message in eprobs:
             col.add("TL330", message, at + ("control_envelope",) + sub, "fix the envelope mapping (SPEC 5.7)")
     redact = list(t.redact)
+    write_only = [p for key in ("input_schema", "output_schema") for p in schemas.write_only_pointers(getattr(t, key))]
     for i, ptr in enumerate(t.redact):
-        if ptr != "" and not ptr.startswith("/"):
-            col.add("TL340", f"redact entry '{ptr}' is not a JSON Pointer", at + ("redact", i), f"write '/{ptr}'")
+        if not schemas.is_json_pointer(ptr):
+            fix = f"write '/{ptr}'" if not ptr.startswith("/") else "escape '~' as '~0' and '/' inside a key as '~1'"
+            col.add("TL340", f"redact entry '{ptr}' is not a JSON Pointer", at + ("redact", i), fix)
             continue
         if not (schemas.pointer_can_match(t.input_schema, ptr) or schemas.pointer_can_match(t.output_schema, ptr)):
             col.add("TL341", f"redact pointer '{ptr}' can never match the input or output schema", at + ("redact", i),
-                    "fix the pointer or remove it", level="warning")
+                    "fix the pointer (e.g. to a declared property) or remove it", level="warning")
+    covering = list(t.redact) + write_only
     for key in ("input_schema", "output_schema"):
         schema = getattr(t, key)
-        for name, ptr, sub in schemas.iter_properties(schema):
-            if schemas.looks_secret(name) and sub.get("writeOnly") is not True and ptr not in t.redact:
-                col.add("TL342", f"property '{name}' looks like a secret but is not redacted", at + (key,),
-                        f"add '{ptr}' to redact, or mark it writeOnly: true", level="warning")
+        for name, ptr, sub, spath in schemas.iter_properties_at(schema):
+            if schemas.looks_secret(name) and not any(schemas.pointer_covers(c, ptr) for c in covering):
+                col.add("TL342", f"property '{name}' of {key} looks like a secret but is not redacted",
+                        at + (key,) + spath, f"add '{ptr}' to redact, or mark it writeOnly: true",
+                        level="warning", at_key=True)
         redact.extend(p for p in schemas.write_only_pointers(schema) if p not in redact)
     if t.retry is not None and t.retry.max_backoff_s is not None and t.retry.max_backoff_s < t.retry.backoff_s:
-        col.add("TL351", "retry.max_backoff_s is below retry.backoff_s", at + ("retry",), "raise max_backoff_s")
+        col.add("TL351", f"retry.max_backoff_s ({t.retry.max_backoff_s}) is below retry.backoff_s ({t.retry.backoff_s})",
+                at + ("retry", "max_backoff_s"), "raise max_backoff_s or lower backoff_s")
+    if t.retry is not None and t.retry.max_attempts > 1 and not t.retry.on:
+        col.add("TL351", f"retry.max_attempts is {t.retry.max_attempts} but retry.on is empty, so nothing is ever retried",
+                at + ("retry", "on"), "list what to retry, e.g. on: [timeout, error], or set max_attempts: 1")
     gate = None
     if t.approval is not None:
         gate, err = compile_approval(t.approval.when)

@@ -6,6 +6,7 @@ inside the same document and nothing is ever fetched from the network or the fil
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Iterator
 
 from .source import Path
@@ -81,18 +82,37 @@ def check_refs(schema: Any) -> list[tuple[Path, str, str]]:
     return out
 
 
-def meta_errors(schema: Any) -> list[tuple[Path, str]]:
-    """Meta-validation errors of ``schema`` (draft from ``$schema``, default 2020-12)."""
+_TYPE_NAMES = ("array", "boolean", "integer", "null", "number", "object", "string")
+
+
+def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
+    """Meta-validation errors of ``schema`` (draft from ``$schema``, default 2020-12) as
+    (path, message, hint), one per place and message; the hint names a close type name when
+    one exists."""
     import jsonschema
+    from jsonschema.exceptions import best_match
     from jsonschema.validators import validator_for
+
+    from .problems import did_you_mean
 
     if isinstance(schema, bool):
         return []
     cls = validator_for(schema, default=jsonschema.Draft202012Validator)
     meta = cls(cls.META_SCHEMA)
-    out = []
+    out: list[tuple[Path, str, str]] = []
+    seen: set[tuple[Path, str]] = set()
     for err in meta.iter_errors(schema):
-        out.append((tuple(err.absolute_path), err.message))
+        path = tuple(err.absolute_path)
+        message = best_match(err.context).message if err.context else err.message
+        hint = ""
+        if path and path[-1] == "type" and isinstance(err.instance, str):
+            near = did_you_mean(err.instance, _TYPE_NAMES)
+            if near:
+                hint = f"did you mean '{near}'?"
+        if (path, message) in seen:
+            continue  # the meta-schema reaches some keywords along several dynamic paths
+        seen.add((path, message))
+        out.append((path, message, hint))
     return out
 
 
@@ -117,75 +137,142 @@ def schema_errors(validator: Any, instance: Any, limit: int = 10) -> list[str]:
     return out
 
 
+def is_json_pointer(text: str) -> bool:
+    """RFC 6901: empty, or '/'-separated tokens where '~' is only ever '~0' or '~1'."""
+    return text == "" or (text.startswith("/") and re.fullmatch(r"(/([^~/]|~[01])*)*", text) is not None)
+
+
+def pointer_tokens(pointer: str) -> list[str]:
+    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")] if pointer else []
+
+
 def pointer_can_match(schema: Any, pointer: str) -> bool:
-    """Could a value at ``pointer`` exist in an instance of ``schema``? Open schemas say yes."""
-    if schema is True or schema == {} or schema is None:
+    """Could a value at ``pointer`` exist in an instance of ``schema``? Open schemas say yes.
+
+    The token ``*`` stands for any key or array index, as in ``redact``. When in doubt (a
+    pattern that does not compile, a reference to an anchor, deep recursion) the answer is yes,
+    so that a warning is only ever given for a pointer that truly cannot match.
+    """
+    if schema is None:
         return True
+    return _can_match(schema, pointer_tokens(pointer), schema, 0)
+
+
+_MAX_DEPTH = 64
+
+
+def _local_target(root: Any, ref: str) -> tuple[bool, Any]:
+    from urllib.parse import unquote
+
+    fragment = unquote(ref[1:])
+    if fragment == "" or fragment.startswith("/"):
+        return resolve_pointer(root, fragment)
+    return False, None
+
+
+def _can_match(schema: Any, tokens: list[str], root: Any, depth: int) -> bool:
     if schema is False:
         return False
-    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")] if pointer else []
-    return _can_match(schema, tokens, schema)
-
-
-def _can_match(schema: Any, tokens: list[str], root: Any) -> bool:
+    if not isinstance(schema, dict) or depth > _MAX_DEPTH:
+        return True
     if not tokens:
         return True
-    if schema is True or not isinstance(schema, dict):
-        return schema is not False
-    if "$ref" in schema and isinstance(schema["$ref"], str) and schema["$ref"].startswith("#/"):
-        ok, target = resolve_pointer(root, schema["$ref"][1:])
-        if ok and _can_match(target, tokens, root):
-            return True
-    for comb in ("allOf", "anyOf", "oneOf"):
-        for sub in schema.get(comb, []) or []:
-            if _can_match(sub, tokens, root):
-                return True
+    # every applicator that is present constrains the same instance: $ref and allOf must all
+    # allow the value, anyOf and oneOf need at least one branch that does
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        ok, target = _local_target(root, ref)
+        if ok and not _can_match(target, tokens, root, depth + 1):
+            return False
+    for sub in _list(schema.get("allOf")):
+        if not _can_match(sub, tokens, root, depth + 1):
+            return False
+    for comb in ("anyOf", "oneOf"):
+        subs = _list(schema.get(comb))
+        if subs and not any(_can_match(sub, tokens, root, depth + 1) for sub in subs):
+            return False
     head, rest = tokens[0], tokens[1:]
-    props = schema.get("properties") or {}
-    if head in props:
-        return _can_match(props[head], rest, root)
-    for pattern, sub in (schema.get("patternProperties") or {}).items():
-        import re
-
-        try:
-            if re.search(pattern, head) and _can_match(sub, rest, root):
-                return True
-        except re.error:
-            return True
-    items = schema.get("items")
-    if (head.isdigit() or head == "*") and items is not None:
-        return _can_match(items, rest, root)
-    if head.isdigit() and schema.get("prefixItems"):
-        return True
-    additional = schema.get("additionalProperties", True)
-    if additional is False:
-        return False
-    if isinstance(additional, dict):
-        return _can_match(additional, rest, root)
-    # open object: anything might be there, unless the schema pins a non-container type
     t = schema.get("type")
-    if t is not None:
-        types = {t} if isinstance(t, str) else set(t)
-        return bool(types & {"object", "array"})
-    return True
+    types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else {"object", "array"}
+    if "object" in types and _key_can_match(schema, head, rest, root, depth):
+        return True
+    if "array" in types and _index_can_match(schema, head, rest, root, depth):
+        return True
+    return False
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _key_can_match(schema: dict, head: str, rest: list[str], root: Any, depth: int) -> bool:
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    patterns = schema.get("patternProperties") if isinstance(schema.get("patternProperties"), dict) else {}
+    additional = schema.get("additionalProperties", True)
+    if head == "*":
+        candidates = list(props.values()) + list(patterns.values()) + [additional]
+        return any(_can_match(c, rest, root, depth + 1) for c in candidates)
+    if head in props:
+        return _can_match(props[head], rest, root, depth + 1)
+    matched = False
+    for pattern, sub in patterns.items():
+        try:
+            hit = re.search(pattern, head) is not None
+        except (re.error, TypeError):
+            return True
+        if hit:
+            matched = True
+            if _can_match(sub, rest, root, depth + 1):
+                return True
+    if matched:
+        return False
+    return _can_match(additional, rest, root, depth + 1)
+
+
+def _index_can_match(schema: dict, head: str, rest: list[str], root: Any, depth: int) -> bool:
+    if head != "*" and not head.isdigit():
+        return False
+    prefix = _list(schema.get("prefixItems"))
+    items = schema.get("items", True)
+    if head == "*":
+        return any(_can_match(c, rest, root, depth + 1) for c in prefix + [items])
+    i = int(head)
+    return _can_match(prefix[i] if i < len(prefix) else items, rest, root, depth + 1)
+
+
+def iter_properties_at(schema: Any, pointer: str = "", spath: Path = ()) -> Iterator[tuple[str, str, dict, Path]]:
+    """(name, JSON pointer, sub-schema, path of the property inside the schema) for every
+    declared property, nested included."""
+    if not isinstance(schema, dict):
+        return
+    props = schema.get("properties")
+    for name, sub in (props if isinstance(props, dict) else {}).items():
+        ptr = f"{pointer}/{name.replace('~', '~0').replace('/', '~1')}"
+        if isinstance(sub, dict):
+            here = spath + ("properties", name)
+            yield name, ptr, sub, here
+            yield from iter_properties_at(sub, ptr, here)
+    items = schema.get("items")
+    if isinstance(items, dict):
+        # '*' stands for every element of the array (redaction treats it as a wildcard)
+        yield from iter_properties_at(items, pointer + "/*", spath + ("items",))
+    for comb in ("allOf", "anyOf", "oneOf"):
+        for i, sub in enumerate(_list(schema.get(comb))):
+            yield from iter_properties_at(sub, pointer, spath + (comb, i))
 
 
 def iter_properties(schema: Any, pointer: str = "") -> Iterator[tuple[str, str, dict]]:
     """(name, JSON pointer, sub-schema) for every declared property, nested included."""
-    if not isinstance(schema, dict):
-        return
-    for name, sub in (schema.get("properties") or {}).items():
-        ptr = f"{pointer}/{name.replace('~', '~0').replace('/', '~1')}"
-        if isinstance(sub, dict):
-            yield name, ptr, sub
-            yield from iter_properties(sub, ptr)
-    items = schema.get("items")
-    if isinstance(items, dict):
-        # '*' stands for every element of the array (redaction treats it as a wildcard)
-        yield from iter_properties(items, pointer + "/*")
-    for comb in ("allOf", "anyOf", "oneOf"):
-        for sub in schema.get(comb, []) or []:
-            yield from iter_properties(sub, pointer)
+    for name, ptr, sub, _ in iter_properties_at(schema, pointer):
+        yield name, ptr, sub
+
+
+def pointer_covers(redact_pointer: str, pointer: str) -> bool:
+    """Does redacting ``redact_pointer`` hide the value at ``pointer`` (``*`` matches any token)?"""
+    outer, inner = pointer_tokens(redact_pointer), pointer_tokens(pointer)
+    if len(outer) > len(inner):
+        return False
+    return all(o == "*" or o == i for o, i in zip(outer, inner))
 
 
 def looks_secret(name: str) -> bool:

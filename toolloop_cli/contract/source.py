@@ -14,8 +14,10 @@ import yaml
 
 Path = tuple[Union[str, int], ...]
 
-#: The largest number of nodes a document may have once every alias is expanded.
-MAX_EXPANDED_NODES = 2_000_000
+#: How many nodes aliases may add to a document once expanded. A plan that reuses one ``args``
+#: mapping in a few thousand lanes stays far below; a "billion laughs" document passes it at once
+#: and is refused before anything is built.
+MAX_ALIAS_GROWTH = 250_000
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR = "tag:yaml.org,2002:str"
@@ -75,33 +77,73 @@ def _pos(node: yaml.Node) -> tuple[int, int]:
     return (node.start_mark.line + 1, node.start_mark.column + 1)
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    memo: dict[int, int] = {}
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.ScalarNode):
+        return []
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value)
+
+
+def _count_written(root: yaml.Node) -> int:
+    """Distinct nodes, each counted once however many aliases point at it."""
+    seen = {id(root)}
+    stack = [root]
+    while stack:
+        for child in _children(stack.pop()):
+            if id(child) not in seen:
+                seen.add(id(child))
+                stack.append(child)
+    return len(seen)
+
+
+def _check_expansion(root: yaml.Node) -> LoadIssue | None:
+    """Refuse a document whose aliases expand it past ``MAX_ALIAS_GROWTH`` or into itself.
+
+    Works on the composed node graph, where an alias is a shared node, so the cost is linear in
+    the text however large the expansion would be.
+    """
+    cap = _count_written(root) + MAX_ALIAS_GROWTH
+    size: dict[int, int] = {}
+    open_nodes: set[int] = set()  # on the current path: meeting one again means a cycle
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
         key = id(node)
-        if key in memo:
-            continue
-        if isinstance(node, yaml.ScalarNode):
-            memo[key] = 1
-            continue
-        children = (
-            [n for pair in node.value for n in pair]
-            if isinstance(node, yaml.MappingNode)
-            else list(node.value)
-        )
         if done:
-            total = 1
-            for c in children:
-                total += memo[id(c)]
-                if total > MAX_EXPANDED_NODES:
-                    return total
-            memo[key] = total
-        else:
-            stack.append((node, True))
-            stack.extend((c, False) for c in children if id(c) not in memo)
-    return memo[id(root)]
+            open_nodes.discard(key)
+            total = 1 + sum(size[id(c)] for c in _children(node))
+            if total > cap:
+                line, col = _pos(node)
+                return LoadIssue(
+                    "TL104",
+                    f"aliases expand this node to over {cap:,} nodes, more than the "
+                    f"{MAX_ALIAS_GROWTH:,} a document may add through aliases (an alias bomb)",
+                    line,
+                    col,
+                    (),
+                    "write the repeated parts out, or use fewer nested aliases",
+                )
+            size[key] = total
+            continue
+        if key in size:
+            continue
+        open_nodes.add(key)
+        stack.append((node, True))
+        for child in _children(node):
+            if id(child) in open_nodes:
+                line, col = _pos(child)
+                return LoadIssue(
+                    "TL104",
+                    "an alias refers to the anchor that contains it, so the document would be infinite",
+                    line,
+                    col,
+                    (),
+                    "an alias may only repeat a node that does not contain it",
+                )
+            if id(child) not in size:
+                stack.append((child, False))
+    return None
 
 
 class _Builder:
@@ -169,9 +211,12 @@ class _Builder:
             self._tag(node, path)
             return None
         value = self._scalars.construct_object(node)
-        if isinstance(value, float) and value != value:
+        if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
             line, col = _pos(node)
-            self.issues.append(LoadIssue("TL105", "NaN is not a JSON value", line, col, path))
+            self.issues.append(
+                LoadIssue("TL105", f"'{node.value}' is not a JSON number", line, col, path, "write a finite number")
+            )
+            return None
         return value
 
     def _tag(self, node: yaml.Node, path: Path) -> None:
@@ -188,6 +233,9 @@ class _Builder:
         )
 
 
+_SYNTAX_HINT = "fix the YAML at this place: check indentation (spaces, no tabs), quotes and brackets"
+
+
 def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[LoadIssue]]:
     """Parse ``text`` into plain data plus its source map.
 
@@ -202,23 +250,19 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[LoadIssue]]:
         what = exc.problem or str(exc)
         if exc.context:
             what = f"{exc.context}: {what}"
-        raise YamlRejected(LoadIssue("TL102", f"YAML syntax error: {what}", line, col)) from None
+            ctx = exc.context_mark
+            if ctx is not None and exc.problem_mark is not None and ctx.line != exc.problem_mark.line:
+                what += f" (the construct began at line {ctx.line + 1}, column {ctx.column + 1})"
+        raise YamlRejected(
+            LoadIssue("TL102", f"YAML syntax error: {what}", line, col, (), _SYNTAX_HINT)
+        ) from None
     except yaml.YAMLError as exc:
-        raise YamlRejected(LoadIssue("TL102", f"YAML syntax error: {exc}", 1, 1)) from None
+        raise YamlRejected(LoadIssue("TL102", f"YAML syntax error: {exc}", 1, 1, (), _SYNTAX_HINT)) from None
     if root is None:
         raise YamlRejected(LoadIssue("TL106", "the document is empty", 1, 1, (), "write a YAML mapping"))
-    size = _expanded_size(root)
-    if size > MAX_EXPANDED_NODES:
-        raise YamlRejected(
-            LoadIssue(
-                "TL104",
-                f"the document expands to more than {MAX_EXPANDED_NODES:,} nodes through aliases",
-                1,
-                1,
-                (),
-                "use fewer nested aliases",
-            )
-        )
+    refused = _check_expansion(root)
+    if refused is not None:
+        raise YamlRejected(refused)
     builder = _Builder(file)
     data = builder.build(root, ())
     return data, builder.smap, builder.issues

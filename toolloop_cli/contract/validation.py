@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -53,22 +54,67 @@ def _owner(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     return current if isinstance(current, type) and issubclass(current, BaseModel) else None
 
 
-def _clean_loc(loc: tuple) -> tuple:
-    # pydantic adds union branch names ("dict[str,any]", "bool") and the like; keep data keys only
+_MISSING = object()
+
+
+def _clean_loc(loc: tuple, data: Any = _MISSING, missing_key: bool = False) -> tuple:
+    """The data path of an error: pydantic adds union branch names ("dict[str,any]", "bool")
+    that are not keys of the document. With the document at hand, a part is kept when it is
+    a key or index of the data at that point, or when it is the key a "missing" error names."""
+    if data is _MISSING:
+        return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in ("bool", "function-after"))))
     out = []
-    for part in loc:
-        if isinstance(part, str) and ("[" in part or part in ("bool", "function-after")):
-            continue
+    current: Any = data
+    for i, part in enumerate(loc):
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+            current = current[part]
+        elif isinstance(part, str) and not (missing_key and i == len(loc) - 1):
+            continue  # a union branch name
+        else:
+            current = None
         out.append(part)
     return tuple(out)
 
 
-def report_model_errors(exc: ValidationError, model: type[BaseModel], col: Collector) -> None:
-    """Add one finding per pydantic error; unknown keys get a 'did you mean'."""
+def _found(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return repr(value)
+
+
+_EXPECTED = {
+    "string_type": "text",
+    "int_type": "a whole number",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping (key: value)",
+    "model_type": "a mapping (key: value)",
+    "model_attributes_type": "a mapping (key: value)",
+}
+
+
+def report_model_errors(exc: ValidationError, model: type[BaseModel], col: Collector, data: Any = _MISSING) -> list[tuple]:
+    """Add one finding per pydantic error; unknown keys and misspelled choices get a 'did you
+    mean'. Returns the data path of every error (the parts of the document that are broken).
+
+    Pass the validated ``data`` so that positions are exact whatever the keys are called.
+    """
     seen: set[tuple] = set()
+    broken: list[tuple] = []
     for err in exc.errors(include_url=False):
-        loc = _clean_loc(tuple(err["loc"]))
         kind = err["type"]
+        loc = _clean_loc(tuple(err["loc"]), data, missing_key=kind == "missing")
+        broken.append(loc)
         if kind == "extra_forbidden":
             key = str(loc[-1])
             owner = _owner(model, loc[:-1])
@@ -79,38 +125,56 @@ def report_model_errors(exc: ValidationError, model: type[BaseModel], col: Colle
             )
             col.add("TL201", f"unknown key '{key}'", loc, hint, at_key=True)
         elif kind == "missing":
-            parent = loc[:-1]
-            if (parent, "missing") in seen:
-                pass
-            col.add("TL202", f"required key '{loc[-1]}' is missing", parent, f"add '{loc[-1]}:'", at_key=True)
-        elif kind == "literal_error" and loc and loc[-1] == "version":
-            col.add("TL204", f"version must be 1, found {err.get('input')!r}", loc, "write 'version: 1'")
+            col.add("TL202", f"required key '{loc[-1]}' is missing", loc[:-1], f"add '{loc[-1]}:'", at_key=True)
+        elif kind == "literal_error" and loc and loc[-1] == "version" and len(loc) == 1:
+            col.add("TL204", f"version must be 1, found {_found(err.get('input'))}", loc, "write 'version: 1'")
         else:
-            if (loc, "type") in seen:
+            if loc in seen:
                 continue  # one message per place is enough (unions report each branch)
-            seen.add((loc, "type"))
-            msg = err["msg"]
-            found = err.get("input")
-            if not isinstance(found, (dict, list)):
-                msg = f"{msg} (found {found!r})"
-            col.add("TL203", msg, loc, _type_hint(err))
+            seen.add(loc)
+            message, hint = _type_message(err, model, loc)
+            col.add("TL203", message, loc, hint)
+    return broken
 
 
-def _type_hint(err: dict) -> str:
+def _type_message(err: dict, model: type[BaseModel], loc: tuple) -> tuple[str, str]:
     kind = err["type"]
     ctx = err.get("ctx") or {}
-    if kind.startswith("greater_than") or kind.startswith("less_than"):
-        return "use a number in range"
+    found = _found(err.get("input"))
+    if loc and isinstance(loc[-1], int):
+        where = f"item {loc[-1] + 1} of '{loc[-2]}'" if len(loc) > 1 else f"item {loc[-1] + 1}"
+    else:
+        where = f"'{loc[-1]}'" if loc else "the document"
+    if kind in ("dict_type", "bool_type", "model_type") and loc and "schema" in str(loc[-1]):
+        return (f"{where} must be a JSON Schema (a mapping, or true/false), found {found}",
+                "write a mapping such as {type: object}, or {} for any value")
     if kind == "literal_error":
-        return f"expected {ctx.get('expected', 'one of the listed values')}"
-    if kind in ("string_type",):
+        expected = str(ctx.get("expected", ""))
+        choices = re.findall(r"'([^']*)'", expected)
+        near = did_you_mean(str(err.get("input")), choices) if isinstance(err.get("input"), str) else None
+        return (f"{where} must be one of {expected}, found {found}",
+                f"did you mean '{near}'?" if near else f"write one of {expected}")
+    if kind in _EXPECTED:
+        return f"{where} must be {_EXPECTED[kind]}, found {found}", _type_hint(kind)
+    if kind.startswith(("greater_than", "less_than")):
+        return f"{where}: {err['msg'].replace('Input should be', 'must be')}, found {found}", "use a number in range"
+    if kind == "too_short":
+        return f"{where} must not be empty", "add at least one item"
+    if kind == "too_long":
+        return f"{where} has too many items", "remove items"
+    msg = err["msg"]
+    if not isinstance(err.get("input"), (dict, list)):
+        msg = f"{msg} (found {found})"
+    return f"{where}: {msg}", ""
+
+
+def _type_hint(kind: str) -> str:
+    if kind == "string_type":
         return "quote the value or write text"
-    if kind in ("int_type", "float_type"):
-        return "write a number"
-    if kind in ("bool_type",):
+    if kind in ("int_type", "int_from_float", "float_type"):
+        return "write a number (without quotes)"
+    if kind == "bool_type":
         return "write true or false"
-    if kind in ("list_type",):
+    if kind == "list_type":
         return "write a list, e.g. [a, b]"
-    if kind in ("dict_type", "model_type"):
-        return "write a mapping (key: value)"
-    return ""
+    return "write a mapping (key: value)"

@@ -43,6 +43,20 @@ def format_github(problems: Iterable[Problem]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def artifact_uri(file: str) -> str:
+    """A SARIF artifact URI: relative paths stay relative (resolved against the checkout by
+    code-scanning tools), absolute ones become file: URIs; both percent-encoded."""
+    from pathlib import PurePosixPath, PureWindowsPath
+    from urllib.parse import quote
+
+    if PureWindowsPath(file).is_absolute() and not file.startswith("/"):
+        return PureWindowsPath(file).as_uri()
+    posix = file.replace("\\", "/")
+    if PurePosixPath(posix).is_absolute():
+        return PurePosixPath(posix).as_uri()
+    return quote(posix)
+
+
 def sarif_document(problems: list[Problem], version: str) -> dict:
     """A SARIF 2.1.0 log with one run; rules are the finding codes that occur."""
     used = sorted({p.code for p in problems})
@@ -51,7 +65,6 @@ def sarif_document(problems: list[Problem], version: str) -> dict:
             "id": code,
             "name": "".join(w.capitalize() for w in CODES.get(code, code).replace("$", "").split()[:6]),
             "shortDescription": {"text": CODES.get(code, code)},
-            "helpUri": "https://toolloop.invalid/docs/findings#" + code.lower(),
         }
         for code in used
     ]
@@ -70,7 +83,7 @@ def sarif_document(problems: list[Problem], version: str) -> dict:
                 "locations": [
                     {
                         "physicalLocation": {
-                            "artifactLocation": {"uri": p.file.replace("\\", "/")},
+                            "artifactLocation": {"uri": artifact_uri(p.file)},
                             "region": {"startLine": p.line, "startColumn": p.col},
                         }
                     }
