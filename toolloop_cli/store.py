@@ -1,16 +1,25 @@
 """SQLite state: runs, admitted calls, receipts, start markers, cache, decisions, approvals.
 
-One database file (WAL mode) per state folder. Receipts are written by a journal thread in
-batched transactions; a receipt is handed on for output only after its transaction commits.
+One database file (WAL mode) per state folder, ``state.db``. Receipts are committed by a
+journal thread in batched transactions; a receipt is handed on for output only after its
+transaction has committed. The schema carries its version in ``PRAGMA user_version`` and is
+brought up to date by ordered migrations when the database is opened; a database written by a
+newer toolloop is refused rather than guessed at.
+
+Durability: WAL with ``synchronous=NORMAL``. A committed transaction survives the death of the
+process at any instant (SIGKILL included); a power loss may drop the last few commits but never
+leaves a half-written one (SQLite checks every WAL frame and ignores an incomplete tail).
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import socket
 import sqlite3
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -18,95 +27,97 @@ import orjson
 
 from .errors import RunError, UsageError
 
-SCHEMA_VERSION = 1
-
-_MIGRATIONS: list[str] = [
-    # version 1
-    """
-    CREATE TABLE IF NOT EXISTS runs (
-        run_id TEXT PRIMARY KEY,
-        mode TEXT NOT NULL,
-        status TEXT NOT NULL,
-        plan_path TEXT NOT NULL,
-        plan_sha256 TEXT NOT NULL,
-        registry_path TEXT NOT NULL,
-        contract_sha256 TEXT NOT NULL,
-        options TEXT NOT NULL,
-        parallel_batch_id TEXT,
-        total_calls INTEGER NOT NULL DEFAULT 0,
-        counts TEXT,
-        summary TEXT,
-        started_at REAL NOT NULL,
-        finished_at REAL,
-        lease_owner TEXT,
-        lease_until REAL
-    );
-    CREATE TABLE IF NOT EXISTS lanes (
-        run_id TEXT NOT NULL,
-        lane INTEGER NOT NULL,
-        item_key TEXT,
-        payload TEXT,
-        PRIMARY KEY (run_id, lane)
-    );
-    CREATE TABLE IF NOT EXISTS calls (
-        run_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        lane INTEGER NOT NULL,
-        item_key TEXT,
-        call_key TEXT NOT NULL,
-        tool TEXT NOT NULL,
-        args TEXT,             -- NULL when the arguments held a redacted value, or came from a payload
-        args_sha256 TEXT,
-        PRIMARY KEY (run_id, seq)
-    );
-    CREATE TABLE IF NOT EXISTS starts (
-        run_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        started_at REAL NOT NULL,
-        PRIMARY KEY (run_id, seq)
-    );
-    CREATE TABLE IF NOT EXISTS receipts (
-        run_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        record TEXT NOT NULL,
-        PRIMARY KEY (run_id, seq)
-    );
-    CREATE TABLE IF NOT EXISTS cache (
-        key TEXT PRIMARY KEY,
-        tool TEXT NOT NULL,
-        result TEXT NOT NULL,
-        created_at REAL NOT NULL
-    );
-    CREATE TABLE IF NOT EXISTS decisions (
-        run_id TEXT NOT NULL,
-        iteration INTEGER NOT NULL,
-        record TEXT NOT NULL,
-        PRIMARY KEY (run_id, iteration)
-    );
-    CREATE TABLE IF NOT EXISTS model_answers (
-        run_id TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        request_sha256 TEXT NOT NULL,
-        answer TEXT NOT NULL,
-        PRIMARY KEY (run_id, n)
-    );
-    CREATE TABLE IF NOT EXISTS approvals (
-        run_id TEXT NOT NULL,
-        item_key TEXT NOT NULL DEFAULT '',
-        call_key TEXT NOT NULL,
-        args_sha256 TEXT NOT NULL,
-        state TEXT NOT NULL,      -- pending | approved | rejected | used
-        args TEXT,
-        message TEXT,
-        PRIMARY KEY (run_id, item_key, call_key)
-    );
-    """,
+# Each entry brings the schema from version i to i + 1; append, never edit a shipped entry.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (  # 1: the first journal layout
+        """CREATE TABLE IF NOT EXISTS runs (
+            run_id TEXT PRIMARY KEY,
+            mode TEXT NOT NULL,
+            status TEXT NOT NULL,
+            plan_path TEXT NOT NULL,
+            plan_sha256 TEXT NOT NULL,
+            registry_path TEXT NOT NULL,
+            contract_sha256 TEXT NOT NULL,
+            options TEXT NOT NULL,
+            parallel_batch_id TEXT,
+            total_calls INTEGER NOT NULL DEFAULT 0,
+            counts TEXT,
+            summary TEXT,
+            started_at REAL NOT NULL,
+            finished_at REAL,
+            lease_owner TEXT,
+            lease_until REAL
+        )""",
+        """CREATE TABLE IF NOT EXISTS lanes (
+            run_id TEXT NOT NULL,
+            lane INTEGER NOT NULL,
+            item_key TEXT,
+            payload TEXT,
+            PRIMARY KEY (run_id, lane)
+        )""",
+        # args is NULL when the arguments held a redacted value, or come from the lane payload
+        """CREATE TABLE IF NOT EXISTS calls (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            lane INTEGER NOT NULL,
+            item_key TEXT,
+            call_key TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            args TEXT,
+            args_sha256 TEXT,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        """CREATE TABLE IF NOT EXISTS starts (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            started_at REAL NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        """CREATE TABLE IF NOT EXISTS receipts (
+            run_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            record TEXT NOT NULL,
+            PRIMARY KEY (run_id, seq)
+        )""",
+        """CREATE TABLE IF NOT EXISTS cache (
+            key TEXT PRIMARY KEY,
+            tool TEXT NOT NULL,
+            result TEXT NOT NULL,
+            created_at REAL NOT NULL
+        )""",
+        """CREATE TABLE IF NOT EXISTS decisions (
+            run_id TEXT NOT NULL,
+            iteration INTEGER NOT NULL,
+            record TEXT NOT NULL,
+            PRIMARY KEY (run_id, iteration)
+        )""",
+        """CREATE TABLE IF NOT EXISTS model_answers (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            request_sha256 TEXT NOT NULL,
+            answer TEXT NOT NULL,
+            PRIMARY KEY (run_id, n)
+        )""",
+        # state: pending | approved | rejected | used
+        """CREATE TABLE IF NOT EXISTS approvals (
+            run_id TEXT NOT NULL,
+            item_key TEXT NOT NULL DEFAULT '',
+            call_key TEXT NOT NULL,
+            args_sha256 TEXT NOT NULL,
+            state TEXT NOT NULL,
+            args TEXT,
+            message TEXT,
+            PRIMARY KEY (run_id, item_key, call_key)
+        )""",
+    ),
 ]
 
+SCHEMA_VERSION = len(MIGRATIONS)
 
-def state_dir(flag: str | None) -> Path:
+
+def state_dir(flag: str | os.PathLike | None) -> Path:
     """``--state-dir`` wins, then ``TOOLLOOP_STATE_DIR``, then ``./.toolloop``."""
     if flag:
         return Path(flag)
@@ -119,10 +130,12 @@ def _dumps(value: Any) -> str:
 
 
 class Store:
-    """The journal and cache. Methods are synchronous; the engine reaches them through
-    ``JournalWriter`` (receipts) or short calls (cache, start markers)."""
+    """The journal and cache. Methods are synchronous and thread-safe (one connection behind a
+    lock); the engine reaches them through ``JournalWriter`` (receipts) or short calls (cache,
+    start markers)."""
 
-    def __init__(self, folder: str | os.PathLike, *, create: bool = True):
+    def __init__(self, folder: str | os.PathLike, *, create: bool = True,
+                 migrations: list[tuple[str, ...]] | None = None):
         folder = Path(folder)
         self.path = folder / "state.db"
         if not create and not self.path.exists():
@@ -133,50 +146,94 @@ class Store:
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
         self._lock = threading.RLock()
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        self._migrate()
+        try:
+            self.db.execute("PRAGMA busy_timeout=30000")
+            mode = self._to_wal()
+            if str(mode).lower() != "wal":
+                raise UsageError(f"the state database {self.path} cannot use WAL journaling (got '{mode}');"
+                                 " put --state-dir on a local file system")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate(MIGRATIONS if migrations is None else migrations)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise UsageError(f"{self.path} is not a usable toolloop state database: {exc}") from None
+        except BaseException:
+            self.db.close()
+            raise
 
-    def _migrate(self) -> None:
-        with self._lock:
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RunError(
-                    f"{self.path} was written by a newer toolloop (schema {version} > {SCHEMA_VERSION}); upgrade toolloop"
-                )
-            for v in range(version, SCHEMA_VERSION):
-                self.db.execute("BEGIN IMMEDIATE")
-                try:
-                    for stmt in _MIGRATIONS[v].split(";"):
-                        if stmt.strip():
-                            self.db.execute(stmt)
-                    self.db.execute(f"PRAGMA user_version={v + 1}")
-                    self.db.execute("COMMIT")
-                except BaseException:
-                    self.db.execute("ROLLBACK")
+    def _to_wal(self) -> str:
+        # Switching a new file to WAL takes an exclusive lock and, when another process does the
+        # same at that moment, fails with "locked" without waiting: retry for a bounded time.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
+                time.sleep(0.005)
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self, migrations: list[tuple[str, ...]]) -> None:
+        target = len(migrations)
+        with self._lock:
+            if self.schema_version == target:
+                return
+            # IMMEDIATE: two processes opening a fresh folder at once migrate it once.
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                version = self.schema_version
+                if version > target:
+                    raise RunError(
+                        f"the state database {self.path} has schema version {version}, newer than this toolloop"
+                        f" understands ({target}); upgrade toolloop, or use another --state-dir"
+                    )
+                for v in range(version, target):
+                    for stmt in migrations[v]:
+                        self.db.execute(stmt)
+                self.db.execute(f"PRAGMA user_version={target}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
 
     def close(self) -> None:
         with self._lock:
             self.db.close()
+
+    def _transaction(self, work: Callable[[], Any]) -> Any:
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                out = work()
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+            return out
 
     # --- runs -------------------------------------------------------------------------
     def create_run(self, run: dict) -> None:
         with self._lock:
             self.db.execute(
                 "INSERT INTO runs (run_id, mode, status, plan_path, plan_sha256, registry_path, contract_sha256,"
-                " options, parallel_batch_id, total_calls, started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " options, parallel_batch_id, total_calls, started_at, lease_owner, lease_until)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run["run_id"], run["mode"], "running", run["plan_path"], run["plan_sha256"], run["registry_path"],
                  run["contract_sha256"], _dumps(run["options"]), run.get("parallel_batch_id"),
-                 run["total_calls"], time.time()),
+                 run["total_calls"], time.time(), run.get("lease_owner"),
+                 None if run.get("lease_owner") is None else time.time() + LEASE_SECONDS),
             )
 
     def journal_calls(self, run_id: str, lanes: Iterable[tuple[int, str | None, Any]],
                       calls: Iterable[tuple]) -> None:
         """Record the admitted lanes and calls (one transaction)."""
-        with self._lock:
-            self.db.execute("BEGIN")
+
+        def work() -> None:
             self.db.executemany(
                 "INSERT INTO lanes (run_id, lane, item_key, payload) VALUES (?,?,?,?)",
                 ((run_id, i, k, None if p is None else _dumps(p)) for i, k, p in lanes),
@@ -186,14 +243,24 @@ class Store:
                 " VALUES (?,?,?,?,?,?,?,?)",
                 ((run_id, *c) for c in calls),
             )
-            self.db.execute("COMMIT")
 
-    def finish_run(self, run_id: str, status: str, counts: dict, summary: dict | None = None) -> None:
+        self._transaction(work)
+
+    def reopen_run(self, run_id: str) -> None:
+        """A resumed run is running again: its old summary no longer describes it."""
+        with self._lock:
+            self.db.execute("UPDATE runs SET status='running', summary=NULL, finished_at=NULL WHERE run_id=?",
+                            (run_id,))
+
+    def finish_run(self, run_id: str, status: str, counts: dict, summary: dict | None = None,
+                   owner: str | None = None) -> None:
+        """Record the outcome and release the lease (only ``owner``'s, when given)."""
         with self._lock:
             self.db.execute(
                 "UPDATE runs SET status=?, counts=?, summary=?, finished_at=?, lease_owner=NULL, lease_until=NULL"
-                " WHERE run_id=?",
-                (status, _dumps(counts), None if summary is None else _dumps(summary), time.time(), run_id),
+                " WHERE run_id=? AND (? IS NULL OR lease_owner IS NULL OR lease_owner=?)",
+                (status, _dumps(counts), None if summary is None else _dumps(summary), time.time(), run_id,
+                 owner, owner),
             )
 
     def get_run(self, run_id: str) -> dict | None:
@@ -205,6 +272,7 @@ class Store:
             return _row(cur, row)
 
     def list_runs(self) -> list[dict]:
+        """Every run, newest first."""
         with self._lock:
             cur = self.db.execute("SELECT * FROM runs ORDER BY started_at DESC, run_id DESC")
             return [_row(cur, r) for r in cur.fetchall()]
@@ -217,8 +285,9 @@ class Store:
 
     def lanes_of(self, run_id: str) -> list[tuple[int, str | None, Any]]:
         with self._lock:
-            return [(i, k, None if p is None else orjson.loads(p)) for i, k, p in self.db.execute(
-                "SELECT lane, item_key, payload FROM lanes WHERE run_id=? ORDER BY lane", (run_id,))]
+            rows = self.db.execute(
+                "SELECT lane, item_key, payload FROM lanes WHERE run_id=? ORDER BY lane", (run_id,)).fetchall()
+        return [(i, k, None if p is None else orjson.loads(p)) for i, k, p in rows]
 
     def calls_of(self, run_id: str) -> Iterator[tuple]:
         with self._lock:
@@ -228,27 +297,26 @@ class Store:
         for seq, lane, item, ck, tool, args, sha in rows:
             yield seq, lane, item, ck, tool, (None if args is None else orjson.loads(args)), sha
 
-    # --- leases (one resumer at a time) ---------------------------------------------------
-    def acquire_lease(self, run_id: str, owner: str, seconds: float = 3600 * 24) -> bool:
-        """Compare-and-set: take the run if nobody holds a lease on it, or if the holder's
-        process is gone (a crashed run or resumer)."""
+    # --- leases (one runner or resumer at a time) -------------------------------------
+    def acquire_lease(self, run_id: str, owner: str, seconds: float | None = None) -> bool:
+        """Compare-and-set: take the run if nobody holds it, if we already do, or if the holder
+        is provably gone (its process on this host has exited) or its lease has expired."""
         now = time.time()
-        with self._lock:
-            cur = self.db.execute(
-                "UPDATE runs SET lease_owner=?, lease_until=? WHERE run_id=? AND"
-                " (lease_owner IS NULL OR lease_until < ? OR lease_owner=?)",
-                (owner, now + seconds, run_id, now, owner),
-            )
-            if cur.rowcount == 1:
-                return True
-            row = self.db.execute("SELECT lease_owner FROM runs WHERE run_id=?", (run_id,)).fetchone()
-            if row is None or row[0] is None or _pid_alive(row[0]):
+
+        def work() -> bool:
+            row = self.db.execute("SELECT lease_owner, lease_until FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            if row is None:
                 return False
-            cur = self.db.execute(
-                "UPDATE runs SET lease_owner=?, lease_until=? WHERE run_id=? AND lease_owner=?",
-                (owner, now + seconds, run_id, row[0]),
-            )
-            return cur.rowcount == 1
+            holder, until = row
+            if holder is not None and holder != owner:
+                alive = holder_alive(holder)
+                if alive or (alive is None and until is not None and until >= now):
+                    return False
+            self.db.execute("UPDATE runs SET lease_owner=?, lease_until=? WHERE run_id=?",
+                            (owner, now + (LEASE_SECONDS if seconds is None else seconds), run_id))
+            return True
+
+        return self._transaction(work)
 
     def lease_owner(self, run_id: str) -> str | None:
         with self._lock:
@@ -262,7 +330,7 @@ class Store:
 
     # --- receipts and start markers ---------------------------------------------------
     def mark_started(self, run_id: str, seq: int) -> None:
-        """Committed before an at-most-once call runs."""
+        """Committed (autocommit) before an at-most-once call runs."""
         with self._lock:
             self.db.execute("INSERT OR REPLACE INTO starts (run_id, seq, started_at) VALUES (?,?,?)",
                             (run_id, seq, time.time()))
@@ -272,21 +340,26 @@ class Store:
             return {r[0] for r in self.db.execute("SELECT seq FROM starts WHERE run_id=?", (run_id,))}
 
     def put_receipts(self, records: list[dict]) -> None:
-        with self._lock:
-            self.db.execute("BEGIN")
-            self.db.executemany(
-                "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)",
-                ((r["run_id"], r["seq"], r["status"], _dumps(r)) for r in records),
-            )
-            self.db.execute("COMMIT")
+        """Commit receipt records (one transaction); a later record for the same call replaces
+        the earlier one (resume settles a cancelled write as interrupted, or re-runs a call)."""
+        rows = [(r["run_id"], r["seq"], r["status"], _dumps(r)) for r in records]
+        self._transaction(lambda: self.db.executemany(
+            "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows))
 
     def receipts_of(self, run_id: str) -> list[dict]:
         with self._lock:
-            return [orjson.loads(r[0]) for r in self.db.execute(
-                "SELECT record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,))]
+            rows = self.db.execute("SELECT record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+        return [orjson.loads(r[0]) for r in rows]
+
+    def counts_of(self, run_id: str) -> dict[str, int]:
+        """Receipts per status so far (for a run that has no summary yet)."""
+        with self._lock:
+            return dict(self.db.execute(
+                "SELECT status, COUNT(*) FROM receipts WHERE run_id=? GROUP BY status ORDER BY status", (run_id,)))
 
     # --- cache ------------------------------------------------------------------------
     def get(self, key: str) -> tuple[Any] | None:
+        """``(result,)`` for a stored key, else None (a stored ``null`` result is a hit too)."""
         with self._lock:
             row = self.db.execute("SELECT result FROM cache WHERE key=?", (key,)).fetchone()
         return None if row is None else (orjson.loads(row[0]),)
@@ -297,24 +370,56 @@ class Store:
                             (key, tool, _dumps(result), time.time()))
 
 
-def _pid_alive(owner: str) -> bool:
-    head = owner.split(":")[0]
-    if not head.isdigit():
-        return False
+# A held lease outlives any run; it is taken over early only when its holder is provably gone.
+LEASE_SECONDS = 7 * 24 * 3600
+_HOST = socket.gethostname()
+
+
+def _proc_stat(pid: int | str) -> tuple[bytes, bytes] | None:
+    """(state, start time) of a process from /proc, or None where /proc is not available."""
     try:
-        os.kill(int(head), 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0], fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+_stat = _proc_stat("self")
+_START = _stat[1].decode() if _stat else "0"
 
 
 def lease_token() -> str:
-    """An owner token for leases: this process's pid and a random part."""
-    import uuid
+    """An owner token for leases: pid, host, process start time (so a reused pid is not taken
+    for the holder), and a random part."""
+    return f"{os.getpid()}:{_HOST}:{_START}:{uuid.uuid4().hex[:12]}"
 
-    return f"{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+def holder_alive(owner: str) -> bool | None:
+    """Whether the process holding a lease still runs: True, False, or None when it cannot be
+    known (another host, or a token of an unknown shape)."""
+    parts = owner.split(":")
+    if len(parts) != 4 or not parts[0].isdigit() or parts[1] != _HOST:
+        return None
+    pid, start = int(parts[0]), parts[2]
+    if pid == os.getpid():
+        return start == _START
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    stat = _proc_stat(pid)
+    if stat is None:
+        return True
+    state, started = stat
+    # a killed child its parent has not reaped yet still answers kill(pid, 0)
+    return state not in (b"Z", b"X") and (start == "0" or started.decode() == start)
+
+
+def holder_pid(owner: str | None) -> str:
+    return owner.split(":")[0] if owner else "?"
 
 
 def _row(cur: sqlite3.Cursor, row: tuple) -> dict:
@@ -326,9 +431,15 @@ def _row(cur: sqlite3.Cursor, row: tuple) -> dict:
 
 
 class JournalWriter:
-    """Commits receipts on its own thread in batches, then passes each on (in order) to
-    ``after_commit`` — so nothing reaches standard output before it is durable, and the event
-    loop never waits on the disk."""
+    """Commits receipts on its own thread in batched transactions, then hands each committed
+    record, in order, to ``after_commit`` on a second thread — so nothing reaches standard
+    output before it is durable, the event loop never waits on the disk, and a slow reader of
+    the output never holds back the journal.
+
+    If ``after_commit`` fails (the reader went away), ``on_error`` is called once and nothing
+    more is handed on; receipts are still committed. If a commit fails, ``on_error`` is called
+    and nothing more is committed or handed on. ``close()`` re-raises the first failure.
+    """
 
     _STOP = object()
 
@@ -339,18 +450,28 @@ class JournalWriter:
         self.on_error = on_error
         self.max_batch = max_batch
         self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._out: queue.SimpleQueue = queue.SimpleQueue()
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, name="toolloop-journal", daemon=True)
-        self._thread.start()
+        self.commit_error: BaseException | None = None
+        self.committed = 0
+        self._commit_thread = threading.Thread(target=self._commit_loop, name="toolloop-journal", daemon=True)
+        self._emit_thread = threading.Thread(target=self._emit_loop, name="toolloop-output", daemon=True)
+        self._commit_thread.start()
+        self._emit_thread.start()
 
     def __call__(self, record: dict) -> None:
         self._q.put(record)
 
-    def _loop(self) -> None:
+    def _fail(self, exc: BaseException) -> None:
+        if self.error is None:
+            self.error = exc
+            if self.on_error is not None:
+                self.on_error(exc)
+
+    def _commit_loop(self) -> None:
         q = self._q
         while True:
-            item = q.get()
-            batch = [item]
+            batch = [q.get()]
             while len(batch) < self.max_batch:
                 try:
                     batch.append(q.get_nowait())
@@ -358,21 +479,36 @@ class JournalWriter:
                     break
             stop = any(b is self._STOP for b in batch)
             records = [b for b in batch if b is not self._STOP]
-            if records and self.error is None:
+            if records and self.commit_error is None:
                 try:
                     self.store.put_receipts(records)
-                    for r in records:
-                        self.after_commit(r)
-                except BaseException as exc:  # noqa: BLE001 - reported by close() on the main thread
-                    self.error = exc
-                    if self.on_error is not None:
-                        self.on_error(exc)
+                except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
+                    self.commit_error = exc
+                    self._fail(exc)
+                else:
+                    self.committed += len(records)
+                    self._out.put(records)
             if stop:
+                self._out.put(self._STOP)
                 return
 
+    def _emit_loop(self) -> None:
+        while True:
+            records = self._out.get()
+            if records is self._STOP:
+                return
+            if self.error is not None:
+                continue
+            try:
+                for r in records:
+                    self.after_commit(r)
+            except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
+                self._fail(exc)
+
     def close(self) -> None:
-        """Wait until everything queued is committed and passed on; re-raise a writer failure."""
+        """Wait until everything queued is committed and handed on; re-raise a failure."""
         self._q.put(self._STOP)
-        self._thread.join()
+        self._commit_thread.join()
+        self._emit_thread.join()
         if self.error is not None:
             raise self.error

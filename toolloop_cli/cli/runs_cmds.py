@@ -35,30 +35,51 @@ def resume(
     from .run_cmds import _execute
 
     store = _open_store(state_dir)
-    run = find_run(store, run_id)
-    owner = owner_token()
-    check_not_running(store, run["run_id"], owner)
-    lanes_stream = None
-    if lanes is not None:
-        try:
-            lanes_stream = sys.stdin.buffer if lanes == "-" else open(lanes, "rb")
-        except OSError as exc:
-            store.release_lease(run["run_id"], owner)
-            fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
     try:
-        plan, settled = prepare_resume(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
-                                       lanes=lanes_stream, lanes_name=lanes or "-")
-    except ConfigError as exc:
+        run = find_run(store, run_id)
+        owner = owner_token()
+        check_not_running(store, run["run_id"], owner)
+    except BaseException:
+        store.close()
+        raise
+    lanes_stream = None
+    try:
+        if lanes is not None:
+            try:
+                lanes_stream = sys.stdin.buffer if lanes == "-" else open(lanes, "rb")
+            except OSError as exc:
+                fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
+        try:
+            plan, settled = prepare_resume(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
+                                           owner=owner, lanes=lanes_stream, lanes_name=lanes or "-")
+        except ConfigError as exc:
+            print_findings(exc.problems)
+            sys.stderr.write(f"toolloop: run {run['run_id']} cannot be resumed; nothing ran\n")
+            raise typer.Exit(3)
+    except BaseException:
         store.release_lease(run["run_id"], owner)
-        print_findings(exc.problems)
-        raise typer.Exit(3)
+        store.close()
+        raise
+    finally:
+        if lanes_stream is not None and lanes_stream is not sys.stdin.buffer:
+            lanes_stream.close()
     opts = run["options"] or {}
     from ..engine.batch import HaltPolicy
 
     halt = HaltPolicy(**opts["halt"]) if opts.get("halt") else None
     store.close()
-    _execute(plan, format, halt, opts.get("default_timeout_s"), bool(opts.get("no_cache")), False, state_dir,
-             None, 16 * 1024 * 1024, resume=settled, run_id=run["run_id"])
+    _execute(plan, format, halt, opts.get("default_timeout_s"), bool(opts.get("no_cache")),
+             bool(opts.get("refresh_cache")), state_dir, None, opts.get("output_cap_bytes") or 16 * 1024 * 1024,
+             resume=settled, run_id=run["run_id"])
+
+
+def _shown_status(store, run: dict) -> str:  # noqa: ANN001 - Store, imported lazily
+    """A run still marked running whose process is gone is shown as interrupted."""
+    from ..store import holder_alive
+
+    if run["status"] == "running" and (run["lease_owner"] is None or holder_alive(run["lease_owner"]) is False):
+        return "interrupted"
+    return run["status"]
 
 
 @runs_app.command("list")
@@ -73,15 +94,17 @@ def list_runs(
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
     try:
         for run in store.list_runs():
-            counts = {k: v for k, v in (run["counts"] or {}).items() if v}
+            counts = run["counts"] if run["counts"] is not None else store.counts_of(run["run_id"])
             writer.write({
-                "type": "run", "run_id": run["run_id"], "mode": run["mode"], "status": run["status"],
-                "calls": run["total_calls"], "counts": counts, "started_at": rfc3339(run["started_at"]),
-                "plan": run["plan_path"],
+                "type": "run", "run_id": run["run_id"], "mode": run["mode"], "status": _shown_status(store, run),
+                "calls": run["total_calls"], "counts": {k: v for k, v in counts.items() if v},
+                "started_at": rfc3339(run["started_at"]), "plan": run["plan_path"],
             })
         writer.close()
     except BrokenPipeError:
-        pass
+        _quiet_stdout()
+    finally:
+        store.close()
 
 
 @runs_app.command("show")
@@ -90,17 +113,34 @@ def show_run(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
 ) -> None:
-    """The receipts of a run again, in order, then its summary."""
+    """The receipts of a run again, in order, then its summary (byte for byte what the run printed
+    as JSON Lines, for a finished run)."""
     from ..engine.resume import find_run
 
     store = _open_store(state_dir)
-    run = find_run(store, run_id)
+    try:
+        run = find_run(store, run_id)
+        receipts = store.receipts_of(run["run_id"])
+        status = _shown_status(store, run)
+    finally:
+        store.close()
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
     try:
-        for rec in store.receipts_of(run["run_id"]):
+        for rec in receipts:
             writer.write(rec)
         if run["summary"]:
             writer.write(run["summary"])
         writer.close()
     except BrokenPipeError:
-        pass
+        _quiet_stdout()
+        raise typer.Exit(141)
+    if not run["summary"]:
+        sys.stderr.write(f"toolloop: run {run['run_id']} is {status} and has no summary yet"
+                         f"{'; resume with: toolloop resume ' + run['run_id'] if status == 'interrupted' else ''}\n")
+
+
+def _quiet_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)

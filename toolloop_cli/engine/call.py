@@ -20,6 +20,7 @@ from ..receipts import Receipt, rfc3339
 from .dispatch import CURRENT, CallFrame
 from .limits import ToolLimits
 from .redact import Redactor, scrub
+from .singleflight import cached_or_lead
 from .workers import HeldSlot, run_in_thread, run_on_asyncio
 
 DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
@@ -367,15 +368,16 @@ async def _execute(
     outcome: Outcome | None = None
     envelope = None
     attempts = 0
+    flight = None
     if tool.cacheable and ctx.cache is not None and not ctx.no_cache:
         key = cache_key(tool, args)
         cache_state = "miss"
-        if not ctx.refresh_cache:
-            hit = ctx.cache.get(key)
-            if hit is not None:
-                cache_state = "hit"
-                outcome = Outcome("ok", hit[0])
-                envelope = tool.envelope.read(hit[0])[0] if tool.envelope is not None else None
+        # an identical call already in flight is waited for, not run twice (singleflight.py)
+        hit, flight = await cached_or_lead(ctx.cache, key, refresh=ctx.refresh_cache)
+        if hit is not None:
+            cache_state = "hit"
+            outcome = Outcome("ok", hit[0])
+            envelope = tool.envelope.read(hit[0])[0] if tool.envelope is not None else None
     if outcome is None:
         if ctx.before_start is not None:
             ctx.before_start((seq, tool, args_sha))
@@ -385,6 +387,8 @@ async def _execute(
             # a result holding a redacted value is never stored: the cache is in the state file
             if outcome.status == "ok" and key is not None and not (red.active and red.secrets(outcome.value)):
                 ctx.cache.put(key, tool.id, outcome.value)  # type: ignore[union-attr]
+    if flight is not None:
+        flight.release(stored=outcome.status == "ok")
     error = _scrubbed(ctx, tool, outcome.error, args) if outcome.error is not None else None
     finished = time.time()
     receipt = Receipt(

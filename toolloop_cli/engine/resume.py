@@ -1,20 +1,37 @@
-"""Rebuilding an interrupted run from the journal so ``resume`` can finish it (SPEC 7)."""
+"""Rebuilding a run from the journal so ``resume`` can finish it (SPEC 7).
+
+What each call gets on resume, lane by lane and in order:
+
+- a committed ``ok`` receipt is kept; the call never runs again;
+- ``error``, ``timeout``, ``invalid_output``, ``invalid_input`` are kept, or run again with
+  ``--retry-failed``; ``interrupted`` is kept, or run again with ``--retry-interrupted``;
+- ``skipped`` runs again unless an earlier call of its lane still stands as not ok;
+- no receipt, or ``cancelled``: a read (or idempotent) tool runs again; an at-most-once write
+  whose start was committed becomes ``interrupted`` (``--retry-interrupted`` runs it);
+- ``denied``, ``duplicate``, ``budget_exceeded`` are kept;
+- once a call of a lane stands as not ok (or its envelope said stop), the calls after it that
+  have no receipt are settled as ``skipped``.
+"""
 
 from __future__ import annotations
 
 import os
-import uuid
-from typing import Any, IO
+from typing import IO, Any
 
 from ..contract.registry import load_registry
 from ..errors import ConfigError, RunError, UsageError
-from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan
+from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
 from ..receipts import FAILED_STATUSES, Receipt
-from ..store import Store
+from ..store import Store, holder_pid, lease_token
 from .call import RunContext, not_run_receipt
+
+_KEEP_STATUSES = frozenset({"denied", "duplicate", "budget_exceeded"})
+_IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
+              " run it again on purpose with --retry-interrupted")
 
 
 def find_run(store: Store, run_id: str) -> dict:
+    """The run with this id, or with this unique id prefix."""
     run = store.get_run(run_id)
     if run is None:
         matches = store.find_runs(run_id)
@@ -39,16 +56,24 @@ def prepare_resume(
     *,
     retry_failed: bool,
     retry_interrupted: bool,
+    owner: str,
     lanes: IO[bytes] | None = None,
     lanes_name: str = "-",
 ) -> tuple[AdmittedPlan, dict]:
-    """The plan to run again and what is already settled. Raises ConfigError (exit 3) when the
-    registry or the rebuilt arguments differ from the journal."""
+    """The plan to run again and what is already settled (for ``execute_plan(resume=...)``).
+
+    Raises ConfigError (exit 3) when the registry's contract or a rebuilt argument differs from
+    the journal; nothing is written.
+    """
     run_id = run["run_id"]
+    if run["mode"] not in ("sequential", "parallel"):
+        raise RunError(f"run {run_id} is a {run['mode']} run; resume finishes sequential and parallel runs")
+    opts = run["options"] or {}
     reg_path = run["registry_path"]
     if not os.path.isfile(reg_path):
         raise _refuse(f"the run's registry {reg_path} no longer exists")
-    contract, problems = load_registry(reg_path, default_timeout_s=(run["options"] or {}).get("default_timeout_s"))
+    contract, problems = load_registry(reg_path, default_timeout_s=opts.get("default_timeout_s"),
+                                       app_root=opts.get("app_root"))
     if contract is None:
         raise ConfigError(problems)
     if contract.contract_sha256 != run["contract_sha256"]:
@@ -56,39 +81,35 @@ def prepare_resume(
             f"the registry {reg_path} changed since run {run_id} started (contract hash "
             f"{contract.contract_sha256[:12]} != {run['contract_sha256'][:12]}); resume needs the same contract"
         )
-    from ..plan.admit import load_plan
-
-    decl, col = load_plan(run["plan_path"]) if os.path.isfile(run["plan_path"]) else (None, None)
-    sub_id = decl.subagent if decl is not None else None
-    calls_rows = list(store.calls_of(run_id))
-    # the subagent is the one every journaled call's tool belongs to
+    plan_path = run["plan_path"]
+    plan_file = plan_path if not plan_path.startswith("<") and os.path.isfile(plan_path) else None
+    decl = load_plan(plan_file)[0] if plan_file is not None else None
+    sub_id = opts.get("subagent") or (decl.subagent if decl is not None else None)
     if sub_id is None or sub_id not in contract.subagents:
-        raise _refuse(f"the plan file {run['plan_path']} is gone or changed its subagent")
+        raise _refuse(f"the run's subagent is unknown: the plan file {plan_path} is gone or changed")
     sub = contract.subagents[sub_id]
     rebuilt: dict[int, AdmittedCall] | None = None
 
     def rebuild() -> dict[int, AdmittedCall]:
         nonlocal rebuilt
         if rebuilt is None:
-            try:
-                again = admit_plan(run["plan_path"], registry=reg_path, lanes=lanes, lanes_name=lanes_name,
-                                   max_concurrency=run["options"].get("max_concurrency"))
-            except ConfigError as exc:
-                raise ConfigError(exc.problems) from None
+            again = admit_plan(plan_file, registry=reg_path, app_root=opts.get("app_root"),  # type: ignore[arg-type]
+                               lanes=lanes, lanes_name=lanes_name, max_concurrency=opts.get("max_concurrency"),
+                               default_timeout_s=opts.get("default_timeout_s"))
             rebuilt = {c.seq: c for c in again.calls}
         return rebuilt
 
-    lanes_rows = store.lanes_of(run_id)
-    lanes_out = [AdmittedLane(i, k, p, []) for i, k, p in lanes_rows]
+    lanes_out = [AdmittedLane(i, k, p, []) for i, k, p in store.lanes_of(run_id)]
     if not lanes_out:
         lanes_out = [AdmittedLane(0, None, None, [])]
     unrecoverable: set[int] = set()
-    for seq, lane, item, ck, tool_id, args, sha in calls_rows:
+    for seq, lane, item, ck, tool_id, args, sha in store.calls_of(run_id):
         tool = sub.tools.get(tool_id)
         if tool is None:
             raise _refuse(f"tool '{tool_id}' of run {run_id} is no longer in the registry")
-        if args is None and sha is not None:
-            found = rebuild().get(seq) if (lanes is not None or _seq_in_file(decl, seq)) else None
+        if args is None and sha is not None:  # the journal never holds a redacted value
+            can = plan_file is not None and (lanes is not None or _seq_in_file(decl, seq))
+            found = rebuild().get(seq) if can else None
             if found is None:
                 unrecoverable.add(seq)
             elif found.args_sha256 != sha:
@@ -97,58 +118,67 @@ def prepare_resume(
                 args = found.args
         lanes_out[lane].calls.append(AdmittedCall(seq, lane, item, ck, tool, args, sha))
     plan = AdmittedPlan(
-        path=run["plan_path"], decl=decl, contract=contract, subagent=sub, mode=run["mode"], lanes=lanes_out,
-        max_concurrency=run["options"].get("max_concurrency") or 1, plan_sha256=run["plan_sha256"],
-        registry_path=reg_path,
+        path=plan_path, decl=decl, contract=contract, subagent=sub, mode=run["mode"], lanes=lanes_out,  # type: ignore[arg-type]
+        max_concurrency=opts.get("max_concurrency") or 1, plan_sha256=run["plan_sha256"], registry_path=reg_path,
     )
     receipts = {r["seq"]: r for r in store.receipts_of(run_id)}
     started = store.started_seqs(run_id)
     ctx = RunContext(run_id=run_id, contract=contract, parallel_batch_id=run["parallel_batch_id"])
     ctx._completion = 1 + max((r["completion_seq"] for r in receipts.values()), default=-1)
-    keep: list[Receipt] = []
-    new: list[Receipt] = []
+    settled: list[Receipt] = []
+
+    def settle(c: AdmittedCall, status: str, message: str) -> None:
+        settled.append(not_run_receipt(ctx, c.tool, c.args, seq=c.seq, item_key=c.item_key, call_key=c.call_key,
+                                       status=status, message=message, args_sha256=c.args_sha256))
+
     for lane in plan.lanes:
-        lane_failed = False
+        stop: str | None = None  # why the rest of this lane does not run
+        payload = dict(lane.payload) if lane.payload is not None else None
         for c in lane.calls:
             rec = receipts.get(c.seq)
-            at_most_once = c.tool.effect in ("write", "destructive") and not c.tool.idempotent
             status = rec["status"] if rec else None
-            rerun = False
-            if status == "ok":
-                keep.append(Receipt.from_record(rec))
+            at_most_once = c.tool.effect in ("write", "destructive") and not c.tool.idempotent
+            in_flight_write = at_most_once and status in ("cancelled", None) and c.seq in started
+            if stop is not None:
+                if in_flight_write:  # its start was committed before an earlier receipt was
+                    settle(c, "interrupted", _IN_FLIGHT)
+                elif rec is not None and status != "cancelled":
+                    settled.append(Receipt.from_record(rec))
+                else:
+                    settle(c, "skipped", stop)
                 continue
+            if status == "ok":
+                settled.append(Receipt.from_record(rec))  # type: ignore[arg-type]
+                env = rec.get("envelope")  # type: ignore[union-attr]
+                if env:
+                    if env.get("decision") == "stop":
+                        stop = f"call '{c.call_key}' reported status '{env.get('status')}' (control envelope: stop)"
+                    if payload is not None and env.get("handoff"):
+                        payload.update(env["handoff"])
+                continue
+            rerun = True
             if status in FAILED_STATUSES or status == "invalid_input":
                 rerun = retry_failed
             elif status == "interrupted":
                 rerun = retry_interrupted
-            elif status == "skipped":
-                rerun = not lane_failed
-            elif status == "cancelled" or status is None:
-                if at_most_once and (status == "cancelled" or c.seq in started) and not retry_interrupted:
-                    r = not_run_receipt(ctx, c.tool, c.args, seq=c.seq, item_key=c.item_key, call_key=c.call_key,
-                                        status="interrupted", args_sha256=c.args_sha256,
-                                        message="this write was in flight when the run stopped; "
-                                                "rerun it on purpose with --retry-interrupted")
-                    new.append(r)
-                    lane_failed = True
-                    continue
-                rerun = True
-            if c.seq in unrecoverable and rerun:
-                r = not_run_receipt(ctx, c.tool, None, seq=c.seq, item_key=c.item_key, call_key=c.call_key,
-                                    status="interrupted", args_sha256=c.args_sha256,
-                                    message="its arguments held a redacted value and cannot be rebuilt; "
-                                            "give the same --lanes FILE again")
-                new.append(r)
-                lane_failed = True
+            elif status in _KEEP_STATUSES:
+                rerun = False
+            elif in_flight_write and not retry_interrupted:
+                settle(c, "interrupted", _IN_FLIGHT)
+                stop = f"call '{c.call_key}' in this lane ended interrupted"
                 continue
-            if rerun:
+            if not rerun:
+                settled.append(Receipt.from_record(rec))  # type: ignore[arg-type]
+                stop = f"call '{c.call_key}' in this lane ended {status}"
                 continue
-            keep.append(Receipt.from_record(rec))  # type: ignore[arg-type]
-            lane_failed = True
-    if new:
-        store.put_receipts([r.as_record() for r in new])
-    settled = keep + new
+            if c.seq in unrecoverable:
+                settle(c, "interrupted", "its arguments held a redacted value and cannot be rebuilt from the plan; "
+                                         "resume with the run's --lanes FILE")
+                stop = f"call '{c.call_key}' in this lane ended interrupted"
+        if payload is not None:
+            lane.payload = payload  # what the calls that run again start from
     return plan, {
+        "owner": owner,
         "parallel_batch_id": run["parallel_batch_id"],
         "skip": [r.seq for r in settled],
         "prior": settled,
@@ -166,11 +196,12 @@ def _seq_in_file(decl: Any, seq: int) -> bool:
 
 
 def owner_token() -> str:
-    return f"{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return lease_token()
 
 
 def check_not_running(store: Store, run_id: str, owner: str) -> None:
+    """Take the run's lease, or raise RunError naming the process that holds it."""
     if not store.acquire_lease(run_id, owner):
-        holder = store.lease_owner(run_id) or "another process"
-        raise RunError(f"run {run_id} is being run or resumed by process {holder.split(':')[0]}; "
-                       "wait for it to finish")
+        holder = store.lease_owner(run_id)
+        raise RunError(f"run {run_id} is already being run or resumed by process {holder_pid(holder)};"
+                       " wait for it to finish (see 'toolloop runs list')")

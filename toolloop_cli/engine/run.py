@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+import orjson
 import trio
 
-from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan
-from ..receipts import Receipt, summary_record, summary_status
+from ..plan.admit import AdmittedCall, AdmittedPlan
+from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter, Store, lease_token
 from .batch import BatchState, HaltPolicy, new_run_id, run_lanes
 from .call import DEFAULT_OUTPUT_CAP, RunContext
 
 Emit = Callable[[dict], None]
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 @dataclass
@@ -29,6 +32,11 @@ class RunOptions:
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     audit: Callable[[dict], None] | None = None
     on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
+    # SIGINT/SIGTERM handling (main thread only): the first signal cancels the run, a second forces
+    # an exit with code 130. ``on_signal`` gets a one-line notice for a person; it may be called
+    # from a signal handler, so it must not take locks (write with os.write).
+    handle_signals: bool = True
+    on_signal: Callable[[str], None] | None = None
 
     def journal_form(self) -> dict:
         return {
@@ -36,6 +44,7 @@ class RunOptions:
             "default_timeout_s": self.default_timeout_s,
             "no_cache": self.no_cache,
             "refresh_cache": self.refresh_cache,
+            "output_cap_bytes": self.output_cap_bytes,
         }
 
 
@@ -45,17 +54,19 @@ def _stored_args(call: AdmittedCall, ctx: RunContext) -> str | None:
     red = ctx.redactor(call.tool)
     if red.active and red.secrets(call.args):
         return None  # never journal a redacted value; resume rebuilds it from the plan
-    import orjson
-
     return orjson.dumps(call.args).decode()
 
 
-def journal_plan(store: Store, ctx: RunContext, plan: AdmittedPlan) -> None:
+def journal_plan(store: Store, ctx: RunContext, plan: AdmittedPlan, options: RunOptions, owner: str) -> None:
+    """Record the run (holding its lease) and every admitted lane and call."""
+    plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
     store.create_run({
-        "run_id": ctx.run_id, "mode": plan.mode, "plan_path": os.path.abspath(plan.path),
+        "run_id": ctx.run_id, "mode": plan.mode, "plan_path": plan_path,
         "plan_sha256": plan.plan_sha256, "registry_path": os.path.abspath(plan.registry_path),
-        "contract_sha256": plan.contract.contract_sha256, "options": {"max_concurrency": plan.max_concurrency},
-        "parallel_batch_id": ctx.parallel_batch_id, "total_calls": plan.total_calls,
+        "contract_sha256": plan.contract.contract_sha256,
+        "options": {"max_concurrency": plan.max_concurrency, "subagent": plan.subagent.id,
+                    "app_root": plan.contract.app_root, **options.journal_form()},
+        "parallel_batch_id": ctx.parallel_batch_id, "total_calls": plan.total_calls, "lease_owner": owner,
     })
     store.journal_calls(
         ctx.run_id,
@@ -65,12 +76,59 @@ def journal_plan(store: Store, ctx: RunContext, plan: AdmittedPlan) -> None:
     )
 
 
-async def _watch_signals(state: BatchState, done: trio.Event) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _sig in signals:
-            if state.interrupted:
-                os._exit(130)  # a second Ctrl-C forces; the journal is already consistent
-            state.interrupt()
+class _Signals:
+    """SIGINT and SIGTERM for the length of a run.
+
+    Outside the event loop (journaling the plan, flushing the journal) a plain handler only
+    records the request: nothing is in flight then, and lanes check the flag before each call.
+    Inside it, trio's signal receiver cancels the calls in flight from the loop's own thread.
+    A second signal, wherever it lands, exits at once with 130: every receipt already written
+    is committed, and calls without one are run again (or reported interrupted) by resume.
+    """
+
+    def __init__(self, state: BatchState, options: RunOptions):
+        self.state = state
+        self.notice = options.on_signal
+        self.seen = 0
+        self.enabled = options.handle_signals and threading.current_thread() is threading.main_thread()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        if self.enabled:
+            for sig in _SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._outside)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _tell(self, text: str) -> None:
+        if self.notice is not None:
+            try:
+                self.notice(text)
+            except Exception:  # noqa: BLE001 - a notice must never break signal handling
+                pass
+
+    def _first_or_force(self, sig: int) -> bool:
+        name = signal.Signals(sig).name
+        if self.seen:
+            self._tell(f"{name} again: stopping now; every receipt written so far is in the journal")
+            os._exit(130)
+        self.seen += 1
+        self._tell(f"{name}: cancelling the calls in flight (send it again to stop at once)")
+        return True
+
+    def _outside(self, sig: int, _frame: Any) -> None:
+        self._first_or_force(sig)
+        self.state.interrupted = True
+
+    async def watch(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.open_signal_receiver(*_SIGNALS) as signals:
+            task_status.started()
+            async for sig in signals:
+                self._first_or_force(sig)
+                self.state.interrupt()
 
 
 @dataclass
@@ -80,14 +138,12 @@ class RunResult:
 
     @property
     def exit_code(self) -> int:
-        from ..receipts import EXIT_CODES
-
         return EXIT_CODES[self.summary["status"]]
 
 
 def execute_plan(
     plan: AdmittedPlan,
-    store: Store,
+    store: Any,
     emit: Emit,
     options: RunOptions,
     *,
@@ -95,7 +151,12 @@ def execute_plan(
     resume: dict | None = None,
 ) -> RunResult:
     """Run an admitted plan to its end (or interruption). Every receipt is committed to the
-    journal before ``emit`` sees it; the summary is emitted last."""
+    journal before ``emit`` sees it; the summary is emitted last.
+
+    ``store`` is a ``Store`` or anything with the same methods. ``resume`` (from
+    ``prepare_resume``) carries the receipts already settled, the lease owner, and where
+    ``completion_seq`` goes on.
+    """
     t0 = time.perf_counter()
     ctx = RunContext(
         run_id=run_id or new_run_id(),
@@ -108,69 +169,77 @@ def execute_plan(
         output_cap_bytes=options.output_cap_bytes,
         audit=options.audit,
     )
-    skip: frozenset[int] = frozenset()
-    prior: list[Receipt] = []
-    if resume is None:
-        if plan.mode == "parallel":
-            import uuid
-
-            ctx.parallel_batch_id = uuid.uuid4().hex
-        journal_plan(store, ctx, plan)
-        store.acquire_lease(ctx.run_id, lease_token())
-    else:
-        ctx.parallel_batch_id = resume["parallel_batch_id"]
-        skip = frozenset(resume["skip"])
-        prior = resume["prior"]
-        ctx._completion = resume.get("completion_start", 0)
-
-    def before_start(info: tuple) -> None:
-        seq, tool, _sha = info
-        if tool.effect in ("write", "destructive") and not tool.idempotent:
-            store.mark_started(ctx.run_id, seq)
-
-    ctx.before_start = before_start
     state = BatchState(total=plan.total_calls, halt=options.halt)
-    loop_token: list = []
+    with _Signals(state, options) as signals:
+        skip: frozenset[int] = frozenset()
+        prior: list[Receipt] = []
+        if resume is None:
+            owner = lease_token()
+            if plan.mode == "parallel":
+                import uuid
 
-    def stop_on_writer_error(_exc: BaseException) -> None:
-        # called on the journal thread (e.g. the reader of stdout went away): stop the run from
-        # the event loop's own thread
-        if loop_token:
-            try:
-                loop_token[0].run_sync_soon(state.interrupt)
-            except trio.RunFinishedError:
-                pass
+                ctx.parallel_batch_id = uuid.uuid4().hex
+            journal_plan(store, ctx, plan, options, owner)
+        else:
+            owner = resume["owner"]
+            ctx.parallel_batch_id = resume["parallel_batch_id"]
+            skip = frozenset(resume["skip"])
+            prior = resume["prior"]
+            ctx._completion = resume.get("completion_start", 0)
+            store.reopen_run(ctx.run_id)
 
-    journal = JournalWriter(store, emit, on_error=stop_on_writer_error)
+        def before_start(info: tuple) -> None:
+            seq, tool, _sha = info
+            if tool.effect in ("write", "destructive") and not tool.idempotent:
+                store.mark_started(ctx.run_id, seq)
 
-    def sink(receipt: Receipt) -> None:
-        if options.on_receipt is not None:
-            options.on_receipt(receipt)
-        journal(receipt.as_record())
+        ctx.before_start = before_start
+        loop_token: list[trio.lowlevel.TrioToken] = []
 
-    async def main() -> None:
-        loop_token.append(trio.lowlevel.current_trio_token())
-        done = trio.Event()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_signals, state, done)
-            await run_lanes(ctx, plan.lanes, plan.max_concurrency if plan.mode == "parallel" else 1, sink,
-                            halt=options.halt, skip_seqs=skip, prior=prior, state=state)
-            nursery.cancel_scope.cancel()
+        def stop_on_writer_error(_exc: BaseException) -> None:
+            # On a journal thread (the reader of stdout went away, or the disk failed): stop the
+            # run from the event loop's own thread.
+            state.interrupted = True
+            if loop_token:
+                try:
+                    loop_token[0].run_sync_soon(state.interrupt)
+                except trio.RunFinishedError:
+                    pass
 
-    writer_error: BaseException | None = None
-    try:
-        trio.run(main, restrict_keyboard_interrupt_to_checkpoints=True)
-    finally:
+        journal = JournalWriter(store, emit, on_error=stop_on_writer_error)
+
+        def sink(receipt: Receipt) -> None:
+            if options.on_receipt is not None:
+                options.on_receipt(receipt)
+            journal(receipt.as_record())
+
+        async def main() -> None:
+            loop_token.append(trio.lowlevel.current_trio_token())
+            async with trio.open_nursery() as nursery:
+                if signals.enabled:
+                    await nursery.start(signals.watch)
+                await run_lanes(ctx, plan.lanes, plan.max_concurrency if plan.mode == "parallel" else 1, sink,
+                                halt=options.halt, skip_seqs=skip, prior=prior, state=state)
+                nursery.cancel_scope.cancel()
+
+        writer_error: BaseException | None = None
         try:
-            journal.close()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below once the run is recorded
-            writer_error = exc
-    status = summary_status(state.counts, stopped=state.halted, interrupted=state.interrupted)
-    if writer_error is not None:
-        store.finish_run(ctx.run_id, "interrupted", state.counts)
-        raise writer_error
-    summary = summary_record(ctx.run_id, plan.mode, status, state.counts,
-                             (time.perf_counter() - t0) * 1000, plan.contract.contract_sha256)
-    store.finish_run(ctx.run_id, status, state.counts, summary)
-    emit(summary)
+            trio.run(main)
+        finally:
+            interrupted = state.interrupted  # a signal after the last call does not change the outcome
+            try:
+                journal.close()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below once the run is recorded
+                writer_error = exc
+        if writer_error is not None:
+            try:
+                store.finish_run(ctx.run_id, "interrupted", state.counts, owner=owner)
+            except Exception:  # noqa: BLE001 - the writer's failure is the one to report
+                pass
+            raise writer_error
+        status = summary_status(state.counts, stopped=state.halted, interrupted=interrupted)
+        summary = summary_record(ctx.run_id, plan.mode, status, state.counts,
+                                 (time.perf_counter() - t0) * 1000, plan.contract.contract_sha256)
+        store.finish_run(ctx.run_id, status, state.counts, summary, owner=owner)
+        emit(summary)
     return RunResult(summary, state)

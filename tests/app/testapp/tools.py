@@ -117,6 +117,42 @@ async def boom_async(message: str = "boom") -> dict:
     raise RuntimeError(message)
 
 
+async def log_run_async(log: str, key: str, seconds: float = 0.0) -> dict:
+    """Async log_run: appends its key (one line per execution), then sleeps on the event loop."""
+    with open(log, "a") as fh:
+        fh.write(key + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    if seconds:
+        await trio.sleep(seconds)
+    return {"key": key}
+
+
+def log_gate(log: str, key: str, gate: str, limit_s: float = 60.0) -> dict:
+    """Appends its key to a log, then waits until the file ``gate`` exists (at most ``limit_s``):
+    holds a call in flight for exactly as long as a test needs."""
+    with open(log, "a") as fh:
+        fh.write(key + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {gate} never opened")
+        time.sleep(0.005)
+    return {"key": key}
+
+
+def log_fail_once(log: str, key: str, marker: str) -> dict:
+    """Appends its key to a log; fails the first time (while ``marker`` does not exist)."""
+    with open(log, "a") as fh:
+        fh.write(key + "\n")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise RuntimeError(f"{key}: first try fails")
+    return {"key": key}
+
+
 # --- one call, fully governed (tests/test_calls_*.py, test_dispatch.py, test_redaction.py,
 # test_workers.py) ---------------------------------------------------------------------------
 
@@ -127,6 +163,7 @@ _SYNC_LOCK = _threading.Lock()
 STAMPS: list = []  # trio.current_time() at each start of `stamp`
 FAILS: dict = {}  # per key: failures still to raise (flaky_async)
 EVIDENCE: list = []  # records given to the evidence hook
+TRIES: dict = {}  # per key: trio.current_time() of each try (flaky_async)
 
 
 def reset_governed() -> None:
@@ -134,6 +171,7 @@ def reset_governed() -> None:
     STAMPS.clear()
     FAILS.clear()
     EVIDENCE.clear()
+    TRIES.clear()
 
 
 def hold_sync(key: str, seconds: float = 0.01) -> dict:
@@ -159,6 +197,7 @@ async def stamp(key: str) -> dict:
 async def flaky_async(key: str, failures: int = 0, hang: bool = False) -> dict:
     """Async: fails (raises, or hangs past any timeout when ``hang``) ``failures`` times per key,
     then succeeds."""
+    TRIES.setdefault(key, []).append(trio.current_time())
     left = FAILS.setdefault(key, failures)
     if left > 0:
         FAILS[key] = left - 1
