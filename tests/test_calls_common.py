@@ -51,7 +51,12 @@ def plan_file(tmp_path: Path, tools: dict, *, calls: list[dict] | None = None, l
 
 
 def admitted(tmp_path: Path, tools: dict, **kw):
-    return admit_plan(plan_file(tmp_path, tools, **kw))
+    from toolloop_cli.errors import ConfigError
+
+    try:
+        return admit_plan(plan_file(tmp_path, tools, **kw))
+    except ConfigError as exc:
+        raise AssertionError("\n".join(f"{p.code} {p.path} {p.message}" for p in exc.problems)) from None
 
 
 def run_plan(plan, *, mc: int | None = None, mock: bool = True, audit: list | None = None, seed: int | None = None,
