@@ -134,7 +134,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -F
 
 # toolloop runs
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
-complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then its summary.'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
 complete -c toolloop -n '__toolloop_using toolloop runs' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs list

@@ -97,7 +97,7 @@ _toolloop_runs() {
     local -a commands
     commands=(
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
-        'show:The receipts of a run again, in order, then its summary.'
+        'show:The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
     )
     _arguments -C \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
