@@ -3,6 +3,7 @@ redaction, and its receipt."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 import uuid
@@ -19,7 +20,7 @@ from ..errors import DispatchError
 from ..receipts import Receipt, rfc3339
 from .dispatch import CURRENT, CallFrame
 from .limits import ToolLimits
-from .redact import Redactor, scrub
+from .redact import Redactor, Scrubber, scrub
 from .singleflight import cached_or_lead
 from .workers import HeldSlot, run_in_thread, run_on_asyncio
 
@@ -333,7 +334,7 @@ async def execute_call(
 
 async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: int, item_key: str | None,
                             call_key: str | None, args_sha256: str | None, parent_receipt_id: str | None,
-                            iteration: int | None) -> tuple[Receipt, Any, dict | None]:
+                            iteration: int | None, parent: CallFrame | None = None) -> tuple[Receipt, Any, dict | None]:
     # the call is visible to dispatch() in its task, threads and asyncio task; a call whose
     # tool declares no dispatch hides its parent's frame
     receipt_id = uuid.uuid4().hex
@@ -345,6 +346,8 @@ async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: in
                               iteration, receipt_id, frame)
     finally:
         CURRENT.reset(token)
+        if parent is not None and frame is not None and frame.secrets:
+            parent.secrets.extend(frame.secrets)
 
 
 async def _execute(
@@ -369,6 +372,7 @@ async def _execute(
     envelope = None
     attempts = 0
     flight = None
+    stored = False
     if tool.cacheable and ctx.cache is not None and not ctx.no_cache:
         key = cache_key(tool, args)
         cache_state = "miss"
@@ -387,8 +391,9 @@ async def _execute(
             # a result holding a redacted value is never stored: the cache is in the state file
             if outcome.status == "ok" and key is not None and not (red.active and red.secrets(outcome.value)):
                 ctx.cache.put(key, tool.id, outcome.value)  # type: ignore[union-attr]
+                stored = True
     if flight is not None:
-        flight.release(stored=outcome.status == "ok")
+        flight.release(stored=stored)
     error = _scrubbed(ctx, tool, outcome.error, args) if outcome.error is not None else None
     finished = time.time()
     receipt = Receipt(
@@ -416,6 +421,13 @@ async def _execute(
         finished_at=rfc3339(finished),
         duration_ms=round((time.perf_counter() - t0) * 1000, 3),
     )
+    if frame is not None and frame.secrets:
+        # what its children redact, this call's receipt never shows either
+        sc = Scrubber(frame.secrets)
+        receipt = dataclasses.replace(
+            receipt, args=sc.deep(receipt.args), result=sc.deep(receipt.result), error=sc.deep(receipt.error),
+            envelope=sc.deep(receipt.envelope))
+        error = receipt.error
     if ctx.audit is not None:
         ctx.emit_audit("finished", **meta, status=receipt.status, attempts=attempts, cache=cache_state,
                        error=error, duration_ms=receipt.duration_ms)
@@ -492,7 +504,8 @@ async def execute_child(frame: CallFrame, tool: ToolSpec, args: Any) -> Any:
         raise DispatchError(f"dispatch to '{tool.id}' ended {refusal[0]}: {refusal[1]}", receipt.as_record())
     settled = False
     try:
-        receipt, value, _envelope = await execute_call(ctx, tool, args, args_sha256=sha256_of(args), **where)
+        receipt, value, _envelope = await _execute_in_frame(
+            ctx, tool, args, seq, frame.item_key, None, sha256_of(args), frame.receipt_id, frame.iteration, frame)
         settled = True
     finally:
         if not settled:  # cancelled with its parent: it still gets a receipt
@@ -500,6 +513,9 @@ async def execute_child(frame: CallFrame, tool: ToolSpec, args: Any) -> Any:
                 ctx, tool, args, status="cancelled", message="the dispatching call ended before this call finished",
                 **where))
     ctx.add_child(frame.seq, receipt)
+    red = ctx.redactor(tool)
+    if red.active:
+        frame.secrets.extend(red.secrets(args) + red.secrets(value))
     if receipt.status != "ok":
         err = receipt.error or {}
         raise DispatchError(

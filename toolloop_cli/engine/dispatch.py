@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class CallFrame:
     """The running call that may dispatch: what a child call needs to know about its parent."""
 
-    __slots__ = ("ctx", "tool", "seq", "receipt_id", "item_key", "iteration", "token", "nursery")
+    __slots__ = ("ctx", "tool", "seq", "receipt_id", "item_key", "iteration", "token", "nursery", "secrets")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, seq: int, receipt_id: str, item_key: str | None,
                  iteration: int | None, token: Any):
@@ -43,6 +43,8 @@ class CallFrame:
         self.iteration = iteration
         self.token = token  # the engine's trio loop
         self.nursery: Any = None  # open while an attempt of a thread or asyncio callable runs
+        # values its children redact: hidden in this call's receipt too (a result may quote them)
+        self.secrets: list[str] = []
 
     def target(self, name: str) -> ToolSpec:
         """The tool ``name`` if this call may dispatch to it; else DispatchError (nothing runs)."""

@@ -122,11 +122,33 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every secret replaced; longest first so overlapping secrets vanish whole."""
     if not text:
         return text
-    forms: set[str] = set()
-    for s in secrets:
-        if s:
-            forms |= _forms(s)
-    for s in sorted(forms, key=len, reverse=True):
-        if s in text:
-            text = text.replace(s, REDACTED)
-    return text
+    return Scrubber(secrets).text(text)
+
+
+class Scrubber:
+    """Replaces known secret values wherever they appear as text, in every spelling."""
+
+    __slots__ = ("forms",)
+
+    def __init__(self, secrets: Iterable[str]):
+        forms: set[str] = set()
+        for s in secrets:
+            if s:
+                forms |= _forms(s)
+        self.forms = sorted(forms, key=len, reverse=True)
+
+    def text(self, text: str) -> str:
+        for s in self.forms:
+            if s in text:
+                text = text.replace(s, REDACTED)
+        return text
+
+    def deep(self, value: Any) -> Any:
+        """A copy of ``value`` with every string scrubbed (keys included)."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.deep(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.deep(v) for v in value]
+        return value
