@@ -71,6 +71,12 @@ subagents:
         cacheable: true
         input_schema: {{type: object}}
         output_schema: {{type: object, required: [key]}}
+      cached_fail:
+        callable: testapp.tools:log_fail_once
+        description: Fails the first time; cacheable.
+        cacheable: true
+        input_schema: {{type: object}}
+        output_schema: {{type: object}}
       cached_bad:
         callable: testapp.tools:log_run
         description: Logs; cacheable, but its result never fits the schema.
