@@ -696,7 +696,8 @@ EXIT_STATUS = (
     ("2", "Usage error: a bad flag, a missing file."),
     ("3", "The registry or the plan was rejected; nothing ran."),
     ("4", "The run stopped early and can be resumed (paused for approval, a supervisor pause, --halt)."),
-    ("130", "Interrupted by Ctrl-C; the journal is intact."),
+    ("130", "Interrupted by Ctrl-C or SIGTERM; the journal is intact and the run can be resumed."),
+    ("141", "The reader of standard output went away (e.g. | head); the run can be resumed."),
 )
 
 
