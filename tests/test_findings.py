@@ -175,7 +175,7 @@ def test_yaml_syntax_error_points_at_the_problem():
     """
     _, problems = registry(text)
     p = found(problems, "TL102", at=(3, 1), message=("YAML syntax error", "flow mapping", "line 2, column 12"),
-              hint=("indentation",))
+              hint=("indent with spaces",))
     assert problems == [p]
 
 
@@ -252,6 +252,11 @@ def test_language_tags_are_refused():
               message=("tag 'tag:yaml.org,2002:python/object:os.system' is not allowed", "safe YAML"),
               hint=("remove the tag",))
     assert p.path == "subagents.w.tools.echo"
+    # a tagged value is one finding, not also a type error for what the tag left behind
+    text = "version: 1\nsubagents: !!python/object/apply:os.system [echo pwned]\n"
+    _, problems = registry(text, "apply.yml")
+    found(problems, "TL105", file="apply.yml", at=(2, 12), message=("python/object/apply:os.system",))
+    assert codes(problems) == ["TL105"]
     text = tool_registry(extra="timeout_s: .nan\n")
     _, problems = registry(text, "nan.yml")
     found(problems, "TL105", file="nan.yml", at=pos(text, ".nan"), message=("'.nan' is not a JSON number",),
@@ -499,6 +504,12 @@ def test_schema_that_fails_meta_validation():
     _, problems = registry(text, "again.yml")
     # the meta-schema reaches some keywords along several paths: still one finding
     found(problems, "TL320", file="again.yml", at=pos(text, "3}"), message=("output_schema",))
+    # a pattern the validator cannot compile is reported at its own place; ECMA 262 classes are fine
+    text = tool_registry(output=r"{type: object, properties: {a: {pattern: '^\p{L}+$'}, b: {pattern: '(x'}}}")
+    _, problems = registry(text, "regex.yml")
+    p = found(problems, "TL320", file="regex.yml", at=pos(text, "'(x'"),
+              message=("pattern '(x' is not a valid regular expression",), hint=("ECMA 262",))
+    assert p.path == "subagents.w.tools.echo.output_schema.properties.b.pattern"
 
 
 @covers("TL321")

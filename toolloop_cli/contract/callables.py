@@ -76,6 +76,16 @@ def _describe(obj: Any) -> str:
     return f"'{getattr(obj, '__qualname__', type(obj).__name__)}'"
 
 
+def _shown(filename: str) -> str:
+    import os
+
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
 def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Resolved:
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     if missing is not None and (module_name == missing or module_name.startswith(missing + ".")):
@@ -89,11 +99,11 @@ def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Reso
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     if tb is not None:
-        where = f" (at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+        where = f" (at {_shown(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return Resolved(
         None, "TL306", f"importing module '{module_name}' failed: {detail}{where}",
-        "fix the error in the module (it runs when the registry is loaded)",
+        "fix the error in the module; it runs when the registry is loaded",
     )
 
 

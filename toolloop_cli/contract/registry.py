@@ -124,6 +124,7 @@ def load_registry(
     except ValidationError as exc:
         broken += report_model_errors(exc, RegistryDecl, col, data=doc.data)
         decl = None
+        _drop_consequences(col, [json_path(i.path) for i in doc.issues if i.code == "TL105"])
     partial = _Partial()
     if broken:
         decl = _salvage(doc.data, broken, partial)
@@ -144,6 +145,15 @@ class _Partial:
     left_out_tools: dict[str, set[str]] = field(default_factory=dict)
     unknown_defaults: set[str] = field(default_factory=set)
     skip_evidence: bool = False
+
+
+def _drop_consequences(col: Collector, refused: list[str]) -> None:
+    """A value refused while loading is null in the data: structure findings at or below it
+    only repeat the same mistake."""
+    def below(path: str) -> bool:
+        return any(path == r or path.startswith((r + ".", r + "[")) for r in refused)
+
+    col.problems[:] = [p for p in col.problems if not (p.code.startswith("TL2") and below(p.path))]
 
 
 def _salvage(data: dict, broken: list[tuple], partial: _Partial) -> RegistryDecl | None:

@@ -113,7 +113,44 @@ def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
             continue  # the meta-schema reaches some keywords along several dynamic paths
         seen.add((path, message))
         out.append((path, message, hint))
+    if not out:
+        out.extend((path, message, "write a regular expression in the ECMA 262 dialect that JSON Schema uses")
+                   for path, message in _pattern_errors(schema))
     return out
+
+
+def _pattern_errors(schema: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
+    """Regular expressions the validator (jsonschema-rs, ECMA 262 dialect) cannot compile, each
+    at its own place rather than as one failure of the whole schema."""
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in ("const", "enum", "examples", "default"):
+                continue
+            if key == "pattern" and isinstance(value, str):
+                problem = _regex_problem(value)
+                if problem:
+                    yield path + (key,), f"pattern {value!r} is not a valid regular expression: {problem}"
+            elif key == "patternProperties" and isinstance(value, dict):
+                for regex, sub in value.items():
+                    problem = _regex_problem(regex)
+                    if problem:
+                        yield path + (key, regex), f"patternProperties key {regex!r} is not a valid regular expression: {problem}"
+                    yield from _pattern_errors(sub, path + (key, regex))
+            else:
+                yield from _pattern_errors(value, path + (key,))
+    elif isinstance(schema, list):
+        for i, value in enumerate(schema):
+            yield from _pattern_errors(value, path + (i,))
+
+
+def _regex_problem(regex: str) -> str | None:
+    import jsonschema_rs
+
+    try:
+        jsonschema_rs.validator_for({"pattern": regex})
+    except Exception as exc:  # noqa: BLE001 - the validator library's own errors
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
 
 
 def compile_validator(schema: Any, mask: bool) -> Any:

@@ -233,7 +233,7 @@ class _Builder:
         )
 
 
-_SYNTAX_HINT = "fix the YAML at this place: check indentation (spaces, no tabs), quotes and brackets"
+_SYNTAX_HINT = "fix the YAML here: indent with spaces, not tabs, and close every quote and bracket"
 
 
 def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[LoadIssue]]:

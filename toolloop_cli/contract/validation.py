@@ -97,9 +97,9 @@ _EXPECTED = {
     "float_type": "a number",
     "bool_type": "true or false",
     "list_type": "a list",
-    "dict_type": "a mapping (key: value)",
-    "model_type": "a mapping (key: value)",
-    "model_attributes_type": "a mapping (key: value)",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
 }
 
 
@@ -177,4 +177,4 @@ def _type_hint(kind: str) -> str:
         return "write true or false"
     if kind == "list_type":
         return "write a list, e.g. [a, b]"
-    return "write a mapping (key: value)"
+    return "write key: value pairs"
