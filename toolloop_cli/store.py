@@ -431,10 +431,15 @@ def _row(cur: sqlite3.Cursor, row: tuple) -> dict:
 
 
 class JournalWriter:
-    """Commits receipts on its own thread in batched transactions, then hands each committed
-    record, in order, to ``after_commit`` on a second thread — so nothing reaches standard
-    output before it is durable, the event loop never waits on the disk, and a slow reader of
-    the output never holds back the journal.
+    """Commits receipts on its own thread in batched transactions, and hands committed records
+    on, in the order they were handed in for output, to ``after_commit`` on a second thread —
+    so nothing reaches standard output before it is durable, the event loop never waits on the
+    disk, and a slow reader of the output never holds back the journal.
+
+    Two ways in: ``commit(record)`` as soon as a call is settled (completion order: the journal
+    holds it even while it waits for earlier calls before it may be printed), then
+    ``emit(record)`` when its turn to be printed comes; or ``writer(record)`` for both at once.
+    Both go through one FIFO queue, so a record's commit always precedes its emission.
 
     If ``after_commit`` fails (the reader went away), ``on_error`` is called once and nothing
     more is handed on; receipts are still committed. If a commit fails, ``on_error`` is called
@@ -442,6 +447,7 @@ class JournalWriter:
     """
 
     _STOP = object()
+    _COMMIT, _EMIT, _BOTH = 1, 2, 3
 
     def __init__(self, store: Store, after_commit: Callable[[dict], None], max_batch: int = 512,
                  on_error: Callable[[BaseException], None] | None = None):
@@ -460,7 +466,14 @@ class JournalWriter:
         self._emit_thread.start()
 
     def __call__(self, record: dict) -> None:
-        self._q.put(record)
+        self._q.put((self._BOTH, record))
+
+    def commit(self, record: dict) -> None:
+        self._q.put((self._COMMIT, record))
+
+    def emit(self, record: dict) -> None:
+        """Hand on a record whose commit was requested earlier (or that the journal holds)."""
+        self._q.put((self._EMIT, record))
 
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -478,16 +491,20 @@ class JournalWriter:
                 except queue.Empty:
                     break
             stop = any(b is self._STOP for b in batch)
-            records = [b for b in batch if b is not self._STOP]
-            if records and self.commit_error is None:
+            items = [b for b in batch if b is not self._STOP]
+            if items and self.commit_error is None:
+                records = [r for kind, r in items if kind & self._COMMIT]
                 try:
-                    self.store.put_receipts(records)
+                    if records:
+                        self.store.put_receipts(records)
                 except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
                     self.commit_error = exc
                     self._fail(exc)
                 else:
                     self.committed += len(records)
-                    self._out.put(records)
+                    out = [r for kind, r in items if kind & self._EMIT]
+                    if out:
+                        self._out.put(out)
             if stop:
                 self._out.put(self._STOP)
                 return

@@ -126,10 +126,15 @@ def prepare_resume(
     ctx = RunContext(run_id=run_id, contract=contract, parallel_batch_id=run["parallel_batch_id"])
     ctx._completion = 1 + max((r["completion_seq"] for r in receipts.values()), default=-1)
     settled: list[Receipt] = []
+    journaled: list[int] = []  # kept exactly as the journal holds them
 
     def settle(c: AdmittedCall, status: str, message: str) -> None:
         settled.append(not_run_receipt(ctx, c.tool, c.args, seq=c.seq, item_key=c.item_key, call_key=c.call_key,
                                        status=status, message=message, args_sha256=c.args_sha256))
+
+    def keep(rec: dict) -> None:
+        settled.append(Receipt.from_record(rec))
+        journaled.append(rec["seq"])
 
     for lane in plan.lanes:
         stop: str | None = None  # why the rest of this lane does not run
@@ -143,12 +148,12 @@ def prepare_resume(
                 if in_flight_write:  # its start was committed before an earlier receipt was
                     settle(c, "interrupted", _IN_FLIGHT)
                 elif rec is not None and status != "cancelled":
-                    settled.append(Receipt.from_record(rec))
+                    keep(rec)
                 else:
                     settle(c, "skipped", stop)
                 continue
             if status == "ok":
-                settled.append(Receipt.from_record(rec))  # type: ignore[arg-type]
+                keep(rec)  # type: ignore[arg-type]
                 env = rec.get("envelope")  # type: ignore[union-attr]
                 if env:
                     if env.get("decision") == "stop":
@@ -168,7 +173,7 @@ def prepare_resume(
                 stop = f"call '{c.call_key}' in this lane ended interrupted"
                 continue
             if not rerun:
-                settled.append(Receipt.from_record(rec))  # type: ignore[arg-type]
+                keep(rec)  # type: ignore[arg-type]
                 stop = f"call '{c.call_key}' in this lane ended {status}"
                 continue
             if c.seq in unrecoverable:
@@ -182,6 +187,7 @@ def prepare_resume(
         "parallel_batch_id": run["parallel_batch_id"],
         "skip": [r.seq for r in settled],
         "prior": settled,
+        "journaled": journaled,
         "completion_start": ctx._completion,
     }
 

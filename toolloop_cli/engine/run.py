@@ -132,6 +132,21 @@ class _Signals:
 
 
 @dataclass
+class _JournaledState(BatchState):
+    """Batch state whose settled receipts go to the journal at once, in completion order, while
+    they wait for their turn on the output (which follows input order)."""
+
+    journal: Any = None
+    settled: dict = field(default_factory=dict)  # seq -> record committed, not yet emitted
+
+    def record(self, receipt: Receipt) -> None:
+        super().record(receipt)
+        if self.journal is not None:
+            rec = self.settled[receipt.seq] = receipt.as_record()
+            self.journal.commit(rec)
+
+
+@dataclass
 class RunResult:
     summary: dict
     state: BatchState = field(repr=False)
@@ -169,10 +184,11 @@ def execute_plan(
         output_cap_bytes=options.output_cap_bytes,
         audit=options.audit,
     )
-    state = BatchState(total=plan.total_calls, halt=options.halt)
+    state = _JournaledState(total=plan.total_calls, halt=options.halt)
     with _Signals(state, options) as signals:
         skip: frozenset[int] = frozenset()
         prior: list[Receipt] = []
+        journaled: frozenset[int] = frozenset()  # prior receipts the journal already holds as they are
         if resume is None:
             owner = lease_token()
             if plan.mode == "parallel":
@@ -185,6 +201,7 @@ def execute_plan(
             ctx.parallel_batch_id = resume["parallel_batch_id"]
             skip = frozenset(resume["skip"])
             prior = resume["prior"]
+            journaled = frozenset(resume.get("journaled", ()))
             ctx._completion = resume.get("completion_start", 0)
             store.reopen_run(ctx.run_id)
 
@@ -206,12 +223,20 @@ def execute_plan(
                 except trio.RunFinishedError:
                     pass
 
-        journal = JournalWriter(store, emit, on_error=stop_on_writer_error)
+        journal = state.journal = JournalWriter(store, emit, on_error=stop_on_writer_error)
+        settled = state.settled
 
         def sink(receipt: Receipt) -> None:
+            # in input order; the receipt was committed when it settled (or is a prior one)
             if options.on_receipt is not None:
                 options.on_receipt(receipt)
-            journal(receipt.as_record())
+            rec = settled.pop(receipt.seq, None)
+            if rec is not None:
+                journal.emit(rec)
+            elif receipt.seq in journaled:
+                journal.emit(receipt.as_record())
+            else:  # settled outside the batch state (resume's own receipts, dispatched calls)
+                journal(receipt.as_record())
 
         async def main() -> None:
             loop_token.append(trio.lowlevel.current_trio_token())
