@@ -179,6 +179,22 @@ def test_yaml_syntax_error_points_at_the_problem():
     assert problems == [p]
 
 
+def test_nesting_deeper_than_the_bound_is_refused_not_a_crash():
+    # libyaml accepts up to 1000 levels; far fewer already exhaust Python's stack in later checks
+    from toolloop_cli.contract.source import MAX_DEPTH
+
+    for depth in (MAX_DEPTH, 990):
+        text = "version: 1\nx: " + "[" * depth + "]" * depth + "\nsubagents: {}\n"
+        Path("deep.yml").write_text(text)
+        _, problems = load_registry("deep.yml")
+        found(problems, "TL102", file="deep.yml", at=(2, 4 + MAX_DEPTH - 1), message=(f"deeper than {MAX_DEPTH} levels",),
+              hint=("flatten",))
+    text = "version: 1\nx: " + "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1) + "\nsubagents: {}\n"
+    Path("deep.yml").write_text(text)
+    _, problems = load_registry("deep.yml")
+    assert codes(problems) == ["TL201"]  # only the unknown key 'x'
+
+
 @covers("TL103")
 def test_duplicate_key_is_reported_at_its_second_occurrence():
     text = tool_registry(extra="description: Said twice.\n")

@@ -358,6 +358,9 @@ MISTAKES = {
     "scalar": "just text\n",
     "types": "version: one\nsubagents: [1, 2]\n",
     "deep": "version: 1\nx: " + "[" * 3000 + "]" * 3000 + "\nsubagents: {}\n",
+    "deep990": "version: 1\nx: " + "[" * 990 + "]" * 990 + "\nsubagents: {}\n",
+    "deep_schema": CLEAN.replace("output_schema: {}", "output_schema: " + "{not: " * 90 + "{}" + "}" * 90)
+    .replace("description:", "dispatch: [nowhere]\n        description:"),
     "import": CLEAN.replace("testapp.tools:echo", "pkg_raises.mod:run").replace(str(APP), "."),
     "exit": CLEAN.replace("testapp.tools:echo", "pkg_exits.mod:run").replace(str(APP), "."),
     "schema": CLEAN.replace("output_schema: {}", "output_schema: {$ref: 'http://127.0.0.1:9/x'}"),

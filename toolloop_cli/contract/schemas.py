@@ -101,7 +101,11 @@ def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
     meta = cls(cls.META_SCHEMA)
     out: list[tuple[Path, str, str]] = []
     seen: set[tuple[Path, str]] = set()
-    for err in meta.iter_errors(schema):
+    try:
+        errors = list(meta.iter_errors(schema))
+    except RecursionError:
+        return [((), "the schema nests too deeply to be checked", "flatten it, e.g. with $defs and $ref")]
+    for err in errors:
         path = tuple(err.absolute_path)
         message = best_match(err.context).message if err.context else err.message
         hint = ""

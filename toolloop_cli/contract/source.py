@@ -19,6 +19,10 @@ Path = tuple[Union[str, int], ...]
 #: and is refused before anything is built.
 MAX_ALIAS_GROWTH = 250_000
 
+#: How deeply mappings and lists may nest. Far beyond any registry or plan, and low enough that
+#: every later check can walk the data without running out of stack.
+MAX_DEPTH = 100
+
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
@@ -98,7 +102,8 @@ def _count_written(root: yaml.Node) -> int:
 
 
 def _check_expansion(root: yaml.Node) -> LoadIssue | None:
-    """Refuse a document whose aliases expand it past ``MAX_ALIAS_GROWTH`` or into itself.
+    """Refuse a document whose aliases expand it past ``MAX_ALIAS_GROWTH`` or into itself, or
+    that nests deeper than ``MAX_DEPTH``.
 
     Works on the composed node graph, where an alias is a shared node, so the cost is linear in
     the text however large the expansion would be.
@@ -129,6 +134,10 @@ def _check_expansion(root: yaml.Node) -> LoadIssue | None:
         if key in size:
             continue
         open_nodes.add(key)
+        if len(open_nodes) > MAX_DEPTH:  # the open nodes are this node and its ancestors
+            line, col = _pos(node)
+            return LoadIssue("TL102", f"the document nests deeper than {MAX_DEPTH} levels here", line, col, (),
+                             "flatten the structure")
         stack.append((node, True))
         for child in _children(node):
             if id(child) in open_nodes:
