@@ -3,7 +3,6 @@ redaction, and its receipt."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 import uuid
@@ -382,19 +381,42 @@ async def _execute(
             cache_state = "hit"
             outcome = Outcome("ok", hit[0])
             envelope = tool.envelope.read(hit[0])[0] if tool.envelope is not None else None
+    ran = outcome is None
     if outcome is None:
         if ctx.before_start is not None:
             ctx.before_start((seq, tool, args_sha))
         outcome, attempts = await _run_attempts(ctx, tool, args, meta, frame)
         if outcome.status == "ok":
             outcome, envelope = _check_output(ctx, tool, outcome)
-            # a result holding a redacted value is never stored: the cache is in the state file
-            if outcome.status == "ok" and key is not None and not (red.active and red.secrets(outcome.value)):
-                ctx.cache.put(key, tool.id, outcome.value)  # type: ignore[union-attr]
-                stored = True
+    value = outcome.value if outcome.status == "ok" else None
+    # The values this call redacts, and those its dispatched calls redacted, are hidden wherever
+    # they appear in what is written, not only at their pointers (a result may quote an argument).
+    scrubber = None
+    if red.active or (frame is not None and frame.secrets):
+        secrets = red.secrets(args) + red.secrets(value) if red.active else []
+        if frame is not None:
+            secrets += frame.secrets
+        scrubber = Scrubber(secrets) if secrets else None
+    if ran and key is not None and outcome.status == "ok":
+        # a result holding a redacted value is never stored: the cache is in the state file
+        if not (red.active and red.secrets(value)) and (scrubber is None or scrubber.deep(value) == value):
+            ctx.cache.put(key, tool.id, value)  # type: ignore[union-attr]
+            stored = True
     if flight is not None:
         flight.release(stored=stored)
-    error = _scrubbed(ctx, tool, outcome.error, args) if outcome.error is not None else None
+    error = outcome.error
+    if error is not None:
+        message = scrubber.text(error["message"]) if scrubber is not None else error["message"]
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS] + f"… ({len(message)} characters)"
+        if message is not error["message"]:
+            error = {"kind": error["kind"], "message": message}
+    shown_args = red.apply(args)
+    shown_result = red.apply(value) if outcome.status == "ok" else None
+    shown_envelope = red.apply_envelope(envelope) if envelope is not None and red.active else envelope
+    if scrubber is not None:
+        shown_args, shown_result = scrubber.deep(shown_args), scrubber.deep(shown_result)
+        shown_envelope = scrubber.deep(shown_envelope)
     finished = time.time()
     receipt = Receipt(
         run_id=ctx.run_id,
@@ -413,27 +435,20 @@ async def _execute(
         attempts=attempts,
         cache=cache_state,
         args_sha256=args_sha,
-        args=red.apply(args),
-        result=red.apply(outcome.value) if outcome.status == "ok" else None,
+        args=shown_args,
+        result=shown_result,
         error=error,
-        envelope=red.apply_envelope(envelope) if envelope is not None and red.active else envelope,
+        envelope=shown_envelope,
         started_at=rfc3339(started),
         finished_at=rfc3339(finished),
         duration_ms=round((time.perf_counter() - t0) * 1000, 3),
     )
-    if frame is not None and frame.secrets:
-        # what its children redact, this call's receipt never shows either
-        sc = Scrubber(frame.secrets)
-        receipt = dataclasses.replace(
-            receipt, args=sc.deep(receipt.args), result=sc.deep(receipt.result), error=sc.deep(receipt.error),
-            envelope=sc.deep(receipt.envelope))
-        error = receipt.error
     if ctx.audit is not None:
         ctx.emit_audit("finished", **meta, status=receipt.status, attempts=attempts, cache=cache_state,
                        error=error, duration_ms=receipt.duration_ms)
     if ctx.contract.evidence is not None:
         await give_evidence(ctx, receipt)
-    return receipt, (outcome.value if outcome.status == "ok" else None), envelope
+    return receipt, value, envelope
 
 
 async def give_evidence(ctx: RunContext, receipt: Receipt) -> None:
