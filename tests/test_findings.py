@@ -960,3 +960,13 @@ def test_every_code_is_used_by_the_package():
     unused = sorted(code for code in CODES if f'"{code}"' not in source)
     # TL413 waits for plan/admit.py (see test_lane_payload_that_cannot_feed_a_call)
     assert unused in ([], ["TL413"]), unused
+
+
+def test_an_attribute_lookup_that_raises_is_a_finding(tmp_path):
+    pkg = app_package(tmp_path, {"lazy": """
+        def __getattr__(name):
+            raise RuntimeError(f"cannot load {name}")
+    """})
+    text = tool_registry(app=str(tmp_path)).replace("testapp.tools:echo", f"{pkg}.lazy:run")
+    _, problems = registry(text)
+    found(problems, "TL307", at=pos(text, f"{pkg}.lazy:run"), message=("reading 'run' raised RuntimeError: cannot load run",))

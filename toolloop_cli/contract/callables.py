@@ -53,10 +53,19 @@ def resolve(ref: str, app_root: str) -> Resolved:
         try:
             obj = getattr(obj, seg)
         except AttributeError:
-            near = did_you_mean(seg, [n for n in dir(obj) if not n.startswith("_")])
+            try:
+                names = [n for n in dir(obj) if not n.startswith("_")]
+            except Exception:  # noqa: BLE001 - App objects may have any __dir__
+                names = []
+            near = did_you_mean(seg, names)
             return Resolved(
                 None, "TL307", f"'{ref}': '{seg}' is not an attribute of {_describe(obj)}",
                 f"did you mean '{near}'?" if near else "check the spelling of the function name",
+            )
+        except Exception as exc:  # noqa: BLE001 - an App's __getattr__ may raise anything
+            return Resolved(
+                None, "TL307", f"'{ref}': reading '{seg}' raised {type(exc).__name__}: {exc}",
+                "fix the attribute lookup in the module",
             )
     if not callable(obj):
         return Resolved(

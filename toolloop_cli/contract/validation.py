@@ -172,7 +172,7 @@ def _type_hint(kind: str) -> str:
     if kind == "string_type":
         return "quote the value or write text"
     if kind in ("int_type", "int_from_float", "float_type"):
-        return "write a number (without quotes)"
+        return "write a number, without quotes"
     if kind == "bool_type":
         return "write true or false"
     if kind == "list_type":
