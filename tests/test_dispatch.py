@@ -23,6 +23,7 @@ TOOLS = {
     "router_trio": tool("route_trio", dispatch=CHILDREN + ["router_sync"]),
     "router_asyncio": tool("route_asyncio", dispatch=CHILDREN),
     "router_many": tool("route_many", dispatch=["child"]),
+    "router_trio_thread": tool("route_trio_thread", dispatch=["child"]),
     "router_slow": tool("route_sync", timeout_s=0.3, dispatch=["child_slow"]),
     "router_trio_slow": tool("route_trio", timeout_s=1, dispatch=["child_slow"]),
     "router_process": tool("route_sync", isolation="process", dispatch=["child"]),
@@ -152,6 +153,12 @@ def test_a_sync_router_can_dispatch_many_calls_in_turn(tmp_path):
     assert got[0]["result"] == {"children": [{"received": {"x": i}} for i in range(5)]}
     assert [r["args"] for r in got[1:]] == [{"x": i} for i in range(5)]
     assert [r["completion_seq"] for r in got[1:]] == sorted(r["completion_seq"] for r in got[1:])
+
+
+def test_a_trio_callable_may_dispatch_from_a_thread_it_starts(tmp_path):
+    got, _ = one(tmp_path, {"tool": "router_trio_thread", "args": {"target": "child", "args": {"x": 4}}})
+    assert [(r["tool"], r["status"]) for r in got] == [("router_trio_thread", "ok"), ("child", "ok")]
+    assert got[0]["result"] == {"child": {"received": {"x": 4}}}
 
 
 def test_dispatch_nests_and_receipts_come_depth_first(tmp_path):

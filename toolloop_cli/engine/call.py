@@ -345,8 +345,10 @@ async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: in
                               iteration, receipt_id, frame)
     finally:
         CURRENT.reset(token)
-        if parent is not None and frame is not None and frame.secrets:
-            parent.secrets.extend(frame.secrets)
+        if frame is not None:
+            frame.ended = True
+            if parent is not None and frame.secrets:
+                parent.secrets.extend(frame.secrets)
 
 
 async def _execute(

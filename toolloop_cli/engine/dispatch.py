@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 class CallFrame:
     """The running call that may dispatch: what a child call needs to know about its parent."""
 
-    __slots__ = ("ctx", "tool", "seq", "receipt_id", "item_key", "iteration", "token", "nursery", "secrets")
+    __slots__ = ("ctx", "tool", "seq", "receipt_id", "item_key", "iteration", "token", "nursery", "secrets", "ended")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, seq: int, receipt_id: str, item_key: str | None,
                  iteration: int | None, token: Any):
@@ -45,6 +45,7 @@ class CallFrame:
         self.nursery: Any = None  # open while an attempt of a thread or asyncio callable runs
         # values its children redact: hidden in this call's receipt too (a result may quote them)
         self.secrets: list[str] = []
+        self.ended = False  # the call has its receipt: it can dispatch no more
 
     def target(self, name: str) -> ToolSpec:
         """The tool ``name`` if this call may dispatch to it; else DispatchError (nothing runs)."""
@@ -65,10 +66,17 @@ class CallFrame:
     def spawn(self, name: str, args: Any, fut: concurrent.futures.Future) -> None:
         """On the trio thread: start a child in the parent attempt's nursery; ``fut`` gets the
         result or the DispatchError."""
-        if self.nursery is None:
+        if self.ended:
             _settle(fut, error=DispatchError(f"dispatch to '{name}' refused: the calling call has already ended"))
             return
-        self.nursery.start_soon(self._child_task, name, args, fut)
+        if self.nursery is not None:
+            self.nursery.start_soon(self._child_task, name, args, fut)
+        else:
+            # a trio callable dispatching from a thread it started: the callable awaits that
+            # thread, so the child still ends before the callable does
+            import trio
+
+            trio.lowlevel.spawn_system_task(self._child_task, name, args, fut)
 
     async def _child_task(self, name: str, args: Any, fut: concurrent.futures.Future) -> None:
         try:

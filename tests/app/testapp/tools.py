@@ -308,6 +308,13 @@ async def route_asyncio(target: str, args: dict, catch: bool = False) -> dict:
         return {"refused": str(exc), "receipt": (exc.receipt or {}).get("status")}
 
 
+async def route_trio_thread(target: str, args: dict) -> dict:
+    """Async (trio) router that dispatches from a worker thread it starts itself."""
+    from toolloop_cli import dispatch
+
+    return {"child": await trio.to_thread.run_sync(lambda: dispatch(target, args))}
+
+
 def route_many(target: str, items: list) -> dict:
     """Sync router: dispatches one call per item, in order."""
     from toolloop_cli import dispatch
