@@ -66,11 +66,11 @@ class CallFrame:
     def spawn(self, name: str, args: Any, fut: concurrent.futures.Future) -> None:
         """On the trio thread: start a child in the parent attempt's nursery; ``fut`` gets the
         result or the DispatchError."""
-        if self.ended:
-            _settle(fut, error=DispatchError(f"dispatch to '{name}' refused: the calling call has already ended"))
-            return
         if self.nursery is not None:
             self.nursery.start_soon(self._child_task, name, args, fut)
+        elif self.ended or not (self.tool.is_async and self.tool.runtime == "trio"):
+            # a thread left behind by a try that timed out
+            _settle(fut, error=DispatchError(f"dispatch to '{name}' refused: the calling try has already ended"))
         else:
             # a trio callable dispatching from a thread it started: the callable awaits that
             # thread, so the child still ends before the callable does
