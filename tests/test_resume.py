@@ -304,3 +304,24 @@ def test_sigint_cancelled_read_runs_again_cancelled_write_is_interrupted(cli, tm
     assert [x["status"] for x in jsonl(r.stdout)[:-1]] == ["interrupted", "ok"]
     assert r.returncode == 1
     assert sorted(read_log(log)) == ["r", "r", "w"]
+
+
+def test_a_lane_payload_holding_a_secret_is_withheld_and_rebuilt(cli, tmp_path):
+    import sqlite3
+
+    state_registry(tmp_path)
+    log = tmp_path / "log"
+    plan = parallel_plan(tmp_path, [{"item_key": "a", "payload": {"user": "ada", "password": "hunter2"}, "calls": [
+        {"call_key": "f", "tool": "fail_once", "args": {"log": str(log), "key": "f", "marker": str(tmp_path / "m")}},
+        {"call_key": "s", "tool": "secret"}]}])
+    first = cli("run", str(plan), "--format", "jsonl")
+    assert [r["status"] for r in jsonl(first.stdout)[:-1]] == ["error", "skipped"]
+    db = tmp_path / ".toolloop" / "state.db"
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT payload, length(payload_sha256) FROM lanes").fetchone() == (None, 64)
+    con.close()
+    assert not any(b"hunter2" in f.read_bytes() for f in db.parent.iterdir())
+    r = cli("resume", jsonl(first.stdout)[0]["run_id"], "--retry-failed", "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    assert [x["status"] for x in jsonl(r.stdout)[:-1]] == ["ok", "ok"]
+    assert jsonl(r.stdout)[1]["result"]["user"] == "ada"

@@ -395,3 +395,14 @@ def test_a_fresh_run_holds_its_lease_until_it_finishes(tmp_path):
     assert owners and owners[0] is not None and owners[0].startswith(f"{os.getpid()}:")
     assert store.lease_owner(store.list_runs()[0]["run_id"]) is None
     store.close()
+
+
+def test_a_version_1_database_is_migrated(tmp_path):
+    old = Store(tmp_path, migrations=MIGRATIONS[:1])
+    assert old.schema_version == 1
+    old.db.execute("INSERT INTO lanes (run_id, lane, item_key, payload) VALUES ('r', 0, 'a', '{\"x\": 1}')")
+    old.close()
+    store = Store(tmp_path)
+    assert store.schema_version == SCHEMA_VERSION >= 2
+    assert store.lanes_of("r") == [(0, "a", {"x": 1}, None)]
+    store.close()

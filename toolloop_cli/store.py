@@ -112,6 +112,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
             PRIMARY KEY (run_id, item_key, call_key)
         )""",
     ),
+    (  # 2: a lane payload holding a redacted value is withheld; its hash lets resume check the rebuilt one
+        "ALTER TABLE lanes ADD COLUMN payload_sha256 TEXT",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -229,14 +232,16 @@ class Store:
                  None if run.get("lease_owner") is None else time.time() + LEASE_SECONDS),
             )
 
-    def journal_calls(self, run_id: str, lanes: Iterable[tuple[int, str | None, Any]],
+    def journal_calls(self, run_id: str, lanes: Iterable[tuple[int, str | None, Any, str | None]],
                       calls: Iterable[tuple]) -> None:
-        """Record the admitted lanes and calls (one transaction)."""
+        """Record the admitted lanes ``(index, item_key, payload, withheld_sha256)`` and calls (one
+        transaction). A lane whose payload is withheld (it holds a redacted value) is stored with
+        the payload's hash only."""
 
         def work() -> None:
             self.db.executemany(
-                "INSERT INTO lanes (run_id, lane, item_key, payload) VALUES (?,?,?,?)",
-                ((run_id, i, k, None if p is None else _dumps(p)) for i, k, p in lanes),
+                "INSERT INTO lanes (run_id, lane, item_key, payload, payload_sha256) VALUES (?,?,?,?,?)",
+                ((run_id, i, k, None if p is None or sha is not None else _dumps(p), sha) for i, k, p, sha in lanes),
             )
             self.db.executemany(
                 "INSERT INTO calls (run_id, seq, lane, item_key, call_key, tool, args, args_sha256)"
@@ -283,11 +288,13 @@ class Store:
                 "SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id",
                 (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))]
 
-    def lanes_of(self, run_id: str) -> list[tuple[int, str | None, Any]]:
+    def lanes_of(self, run_id: str) -> list[tuple[int, str | None, Any, str | None]]:
+        """``(index, item_key, payload, withheld_sha256)``: payload None and a hash when withheld."""
         with self._lock:
             rows = self.db.execute(
-                "SELECT lane, item_key, payload FROM lanes WHERE run_id=? ORDER BY lane", (run_id,)).fetchall()
-        return [(i, k, None if p is None else orjson.loads(p)) for i, k, p in rows]
+                "SELECT lane, item_key, payload, payload_sha256 FROM lanes WHERE run_id=? ORDER BY lane",
+                (run_id,)).fetchall()
+        return [(i, k, None if p is None else orjson.loads(p), sha) for i, k, p, sha in rows]
 
     def calls_of(self, run_id: str) -> Iterator[tuple]:
         with self._lock:

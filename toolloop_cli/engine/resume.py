@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import IO, Any
 
+from .._canonical import sha256_of
 from ..contract.registry import load_registry
 from ..errors import ConfigError, RunError, UsageError
 from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
@@ -88,34 +89,53 @@ def prepare_resume(
     if sub_id is None or sub_id not in contract.subagents:
         raise _refuse(f"the run's subagent is unknown: the plan file {plan_path} is gone or changed")
     sub = contract.subagents[sub_id]
-    rebuilt: dict[int, AdmittedCall] | None = None
+    rebuilt: AdmittedPlan | None = None
 
-    def rebuild() -> dict[int, AdmittedCall]:
+    def rebuild() -> AdmittedPlan:
+        # admitted again only when the journal withheld a redacted value (and only once: --lanes - is a stream)
         nonlocal rebuilt
         if rebuilt is None:
-            again = admit_plan(plan_file, registry=reg_path, app_root=opts.get("app_root"),  # type: ignore[arg-type]
-                               lanes=lanes, lanes_name=lanes_name, max_concurrency=opts.get("max_concurrency"),
-                               default_timeout_s=opts.get("default_timeout_s"))
-            rebuilt = {c.seq: c for c in again.calls}
+            rebuilt = admit_plan(plan_file, registry=reg_path, app_root=opts.get("app_root"),  # type: ignore[arg-type]
+                                 lanes=lanes, lanes_name=lanes_name, max_concurrency=opts.get("max_concurrency"),
+                                 default_timeout_s=opts.get("default_timeout_s"))
         return rebuilt
 
-    lanes_out = [AdmittedLane(i, k, p, []) for i, k, p in store.lanes_of(run_id)]
+    def rebuildable(in_file: bool) -> bool:
+        return plan_file is not None and (lanes is not None or in_file)
+
+    lanes_out = []
+    unrecoverable: set[int] = set()  # calls whose withheld arguments or payload cannot be rebuilt
+    withheld_lanes: set[int] = set()
+    for i, k, payload, withheld in store.lanes_of(run_id):
+        if payload is None and withheld is not None:
+            n_file = len(decl.lanes or []) if decl is not None and decl.mode == "parallel" else 0
+            found = (next((ln for ln in rebuild().lanes if ln.index == i), None)
+                     if rebuildable(i < n_file) else None)
+            if found is None or found.payload is None:
+                withheld_lanes.add(i)
+            elif sha256_of(found.payload) != withheld:
+                raise _refuse(f"the payload of lane {i} ('{k}') rebuilt from the plan hashes differently"
+                              " from the journal")
+            else:
+                payload = found.payload
+        lanes_out.append(AdmittedLane(i, k, payload, []))
     if not lanes_out:
         lanes_out = [AdmittedLane(0, None, None, [])]
-    unrecoverable: set[int] = set()
     for seq, lane, item, ck, tool_id, args, sha in store.calls_of(run_id):
         tool = sub.tools.get(tool_id)
         if tool is None:
             raise _refuse(f"tool '{tool_id}' of run {run_id} is no longer in the registry")
         if args is None and sha is not None:  # the journal never holds a redacted value
-            can = plan_file is not None and (lanes is not None or _seq_in_file(decl, seq))
-            found = rebuild().get(seq) if can else None
-            if found is None:
+            found_call = (next((c for c in rebuild().calls if c.seq == seq), None)
+                          if rebuildable(_seq_in_file(decl, seq)) else None)
+            if found_call is None:
                 unrecoverable.add(seq)
-            elif found.args_sha256 != sha:
+            elif found_call.args_sha256 != sha:
                 raise _refuse(f"call {seq} ('{ck}') rebuilt from the plan hashes differently from the journal")
             else:
-                args = found.args
+                args = found_call.args
+        elif args is None and lane in withheld_lanes:
+            unrecoverable.add(seq)
         lanes_out[lane].calls.append(AdmittedCall(seq, lane, item, ck, tool, args, sha))
     plan = AdmittedPlan(
         path=plan_path, decl=decl, contract=contract, subagent=sub, mode=run["mode"], lanes=lanes_out,  # type: ignore[arg-type]
@@ -177,8 +197,8 @@ def prepare_resume(
                 stop = f"call '{c.call_key}' in this lane ended {status}"
                 continue
             if c.seq in unrecoverable:
-                settle(c, "interrupted", "its arguments held a redacted value and cannot be rebuilt from the plan; "
-                                         "resume with the run's --lanes FILE")
+                settle(c, "interrupted", "its arguments held a redacted value and cannot be rebuilt from the plan;"
+                                         " resume with the run's plan file (and --lanes FILE) in place")
                 stop = f"call '{c.call_key}' in this lane ended interrupted"
         if payload is not None:
             lane.payload = payload  # what the calls that run again start from

@@ -13,7 +13,8 @@ from typing import Any, Callable
 import orjson
 import trio
 
-from ..plan.admit import AdmittedCall, AdmittedPlan
+from .._canonical import sha256_of
+from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, project_payload
 from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter, Store, lease_token
 from .batch import BatchState, HaltPolicy, new_run_id, run_lanes
@@ -57,6 +58,18 @@ def _stored_args(call: AdmittedCall, ctx: RunContext) -> str | None:
     return orjson.dumps(call.args).decode()
 
 
+def _withheld_payload(lane: AdmittedLane, ctx: RunContext) -> str | None:
+    """The payload's hash when a call of its lane, fed from it, would receive a redacted value (the
+    payload is then never journaled; resume rebuilds it from the plan), else None."""
+    if lane.payload is None:
+        return None
+    for c in lane.calls:
+        red = ctx.redactor(c.tool)
+        if red.active and red.secrets(project_payload(c.tool, lane.payload)):
+            return sha256_of(lane.payload)
+    return None
+
+
 def journal_plan(store: Store, ctx: RunContext, plan: AdmittedPlan, options: RunOptions, owner: str) -> None:
     """Record the run (holding its lease) and every admitted lane and call."""
     plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
@@ -70,7 +83,7 @@ def journal_plan(store: Store, ctx: RunContext, plan: AdmittedPlan, options: Run
     })
     store.journal_calls(
         ctx.run_id,
-        ((lane.index, lane.item_key, lane.payload) for lane in plan.lanes),
+        ((lane.index, lane.item_key, lane.payload, _withheld_payload(lane, ctx)) for lane in plan.lanes),
         ((c.seq, c.lane, c.item_key, c.call_key, c.tool.id, _stored_args(c, ctx), c.args_sha256)
          for lane in plan.lanes for c in lane.calls),
     )
