@@ -376,16 +376,14 @@ def test_no_traceback_for_any_user_mistake(cli, tmp_path, name):
     put(tmp_path, "pkg_exits/__init__.py", "")
     put(tmp_path, "pkg_exits/mod.py", "import sys\nsys.exit(4)\n")
     (tmp_path / "reg.yml").write_text(MISTAKES[name], encoding="utf-8")
-    for fmt in ("text", "json"):
-        r = cli("validate", "reg.yml", "--format", fmt, timeout=30)
-        no_traceback(r)
-        assert r.returncode == 1, (name, r.stdout, r.stderr)
-        if fmt == "json":
-            findings = json.loads(r.stdout)  # nothing else on standard output
-            assert findings and all(f["file"] == "reg.yml" and f["level"] == "error" for f in findings)
-        else:
-            assert text_findings(r.stdout)
-    for command in (("tools", "reg.yml"), ("lock", "reg.yml")):
-        r = cli(*command, timeout=30)
-        no_traceback(r)
-        assert r.returncode == 3 and r.stdout == b"", (command, r.stderr)
+    r = cli("validate", "reg.yml", "--format", "json", timeout=30)
+    no_traceback(r)
+    assert r.returncode == 1, (name, r.stdout, r.stderr)
+    findings = json.loads(r.stdout)  # nothing else on standard output
+    assert findings and all(f["file"] == "reg.yml" and f["level"] == "error" for f in findings)
+    # commands that load the registry to use it refuse it with the same findings on stderr
+    command = ("tools", "reg.yml") if name < "m" else ("lock", "reg.yml")
+    r = cli(*command, timeout=30)
+    no_traceback(r)
+    assert r.returncode == 3 and r.stdout == b"", (command, r.stderr)
+    assert any(TEXT_LINE.match(line) for line in r.stderr.decode().splitlines()), r.stderr
