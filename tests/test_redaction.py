@@ -129,8 +129,6 @@ def test_no_byte_written_holds_a_redacted_value(tmp_path, cli):
     assert_no_canary(blobs)
 
 
-@pytest.mark.xfail(strict=False, reason="until the journal withholds a lane payload that feeds a redacted value "
-                                         "(engine/run.py journal_plan)")
 def test_a_secret_in_a_lane_payload_stays_out_of_the_state_store(tmp_path, cli):
     plan = plan_file(tmp_path, TOOLS, lanes=payload_lanes(), mc=2)
     state = tmp_path / "state"
