@@ -179,3 +179,18 @@ def test_routed_budget_fields_are_all_required(tmp_path):
     p = plan(tmp_path, ROUTED.replace("max_tool_calls: 2, ", "") + "final_profile: {provider: replay, model: r}\n")
     found = problems(p)
     assert [(c, m) for c, _, m in found] == [("TL202", "required key 'max_tool_calls' is missing")]
+
+
+def test_mode_key_mistakes_do_not_hide_the_rest_of_the_plan(tmp_path):
+    p = plan(tmp_path, "subagent: t\nmode: sequential\nlanes: []\ncalls:\n  - {tool: echo, args: 5}\n")
+    assert sorted(c for c, _, _ in problems(p)) == ["TL203", "TL205"]
+
+
+def test_routed_final_schema_is_checked(tmp_path):
+    p = plan(tmp_path, ROUTED.replace("allowed_tools: [echo, hidden, nothere]", "allowed_tools: [ecko]")
+             + "final_profile: {provider: replay, model: r}\nfinal_schema: {type: objekt, properties: {a: {$ref: 'http://x/y'}}}\n")
+    with pytest.raises(ConfigError) as exc:
+        admit_plan(p)
+    got = {(x.code, x.hint) for x in exc.value.problems}
+    assert ("TL402", "did you mean 'echo'?") in got
+    assert {c for c, _ in got} == {"TL402", "TL320", "TL321"}

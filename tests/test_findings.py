@@ -902,8 +902,6 @@ def test_key_not_used_in_this_mode():
 
 
 @covers("TL413")
-@pytest.mark.xfail(strict=True, reason="plan/admit.py reports a lane payload that fails the tool's "
-                   "input_schema as TL404; it should be TL413")
 def test_lane_payload_that_cannot_feed_a_call():
     text = """
     subagent: w
@@ -958,8 +956,7 @@ def test_every_code_is_used_by_the_package():
     """A code nobody can produce is a bug: the package source names every code in CODES."""
     source = "".join(p.read_text() for p in (ROOT / "toolloop_cli").rglob("*.py") if p.name != "problems.py")
     unused = sorted(code for code in CODES if f'"{code}"' not in source)
-    # TL413 waits for plan/admit.py (see test_lane_payload_that_cannot_feed_a_call)
-    assert unused in ([], ["TL413"]), unused
+    assert unused == [], unused
 
 
 def test_an_attribute_lookup_that_raises_is_a_finding(tmp_path):

@@ -70,18 +70,18 @@ def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
     col = doc.collector
     if doc.data is None:
         return None, col
+    mode = doc.data.get("mode")
+    if mode in MODE_KEYS:
+        for other, keys in MODE_KEYS.items():
+            for key in sorted(keys - MODE_KEYS[mode]):
+                if other != mode and key in doc.data:
+                    col.add("TL205", f"'{key}' is not used in {mode} mode", (key,),
+                            f"remove it, or set mode: {other}", at_key=True)
     try:
         decl = PlanDecl.model_validate(doc.data)
     except ValidationError as exc:
-        report_model_errors(exc, PlanDecl, col)
+        report_model_errors(exc, PlanDecl, col, data=doc.data)
         return None, col
-    for mode, keys in MODE_KEYS.items():
-        if mode == decl.mode:
-            continue
-        for key in keys:
-            if key in doc.data and key not in MODE_KEYS[decl.mode]:
-                col.add("TL205", f"'{key}' is not used in {decl.mode} mode", (key,),
-                        f"remove it, or set mode: {mode}", at_key=True)
     if col.has_errors:
         return None, col
     return decl, col
@@ -137,8 +137,13 @@ class _Admitter:
             args = {}
         if tool.input_validator is not None and not tool.input_validator.is_valid(args):
             for msg in schema_errors(tool.input_validator, args, limit=5):
-                col.add("TL404", f"arguments for '{decl.tool}' fail its input_schema: {msg}",
-                        at + ("args",) if decl.args is not None else at, "pass exactly the arguments the schema declares")
+                if decl.args is None and payload is not None:
+                    col.add("TL413", f"the lane payload cannot feed '{decl.tool}': {msg}", at,
+                            "fix the lane's payload, or give this call explicit args")
+                else:
+                    col.add("TL404", f"arguments for '{decl.tool}' fail its input_schema: {msg}",
+                            at + ("args",) if decl.args is not None else at,
+                            "pass exactly the arguments the schema declares")
             ok = False
         if not ok:
             return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..contract.compiled import SubagentSpec
-from ..contract.problems import Collector
+from ..contract.problems import Collector, did_you_mean
 from .models import PlanDecl
 
 PROVIDERS = ("openai", "anthropic", "replay")
@@ -25,9 +25,18 @@ def admit_routed(decl: PlanDecl, sub: SubagentSpec, col: Collector) -> None:
             col.add("TL410", f"unknown provider '{prof.provider}'", (key, "provider"), f"use one of: {', '.join(PROVIDERS)}")
         if not prof.model.strip():
             col.add("TL410", "model is empty", (key, "model"), "name the model explicitly")
+    if decl.final_schema is not None:
+        from ..contract import schemas
+
+        for spath, message, hint in schemas.meta_errors(decl.final_schema):
+            col.add("TL320", f"final_schema is not a valid JSON Schema: {message}", ("final_schema",) + spath, hint)
+        for spath, code, message in schemas.check_refs(decl.final_schema):
+            col.add(code, message, ("final_schema",) + spath, "use a local reference such as '#/$defs/name'")
     for i, name in enumerate(decl.allowed_tools or []):
         if name not in sub.tools:
-            col.add("TL402", f"unknown tool '{name}' in subagent '{sub.id}'", ("allowed_tools", i))
+            near = did_you_mean(name, sub.tools)
+            col.add("TL402", f"unknown tool '{name}' in subagent '{sub.id}'", ("allowed_tools", i),
+                    f"did you mean '{near}'?" if near else f"known tools: {', '.join(sorted(sub.tools))}")
         elif name not in sub.allowed_tools:
             col.add("TL411", f"'{name}' is not in the subagent's runner_defaults.allowed_tools", ("allowed_tools", i),
                     "routed allowlists are a subset of the subagent's")
