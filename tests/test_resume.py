@@ -325,3 +325,27 @@ def test_a_lane_payload_holding_a_secret_is_withheld_and_rebuilt(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert [x["status"] for x in jsonl(r.stdout)[:-1]] == ["ok", "ok"]
     assert jsonl(r.stdout)[1]["result"]["user"] == "ada"
+
+
+def test_a_halted_run_is_continued_by_resume(cli, tmp_path):
+    state_registry(tmp_path)
+    log = tmp_path / "log"
+    plan = parallel_plan(tmp_path, [
+        {"item_key": "a", "calls": [
+            {"call_key": "f", "tool": "fail_once", "args": {"log": str(log), "key": "a", "marker": str(tmp_path / "m")}}]},
+    ] + [{"item_key": k, "calls": [{"call_key": "r", "tool": "read", "args": {"log": str(log), "key": k}}]}
+         for k in ("b", "c")], mc=1)
+    first = cli("run", str(plan), "--format", "jsonl", "--halt", "now,fail=1")
+    assert first.returncode == 4, first.stderr
+    out = jsonl(first.stdout)
+    assert [r["status"] for r in out[:-1]] == ["error", "skipped", "skipped"] and out[-1]["status"] == "stopped"
+    run_id = out[-1]["run_id"]
+    assert first.stderr.decode().endswith(f"toolloop: stopped early; resume with: toolloop resume {run_id}\n")
+
+    resumed = cli("resume", run_id, "--format", "jsonl")
+    assert resumed.returncode == 1  # the failure stands; the halt policy is the run's own
+    assert [r["status"] for r in jsonl(resumed.stdout)[:-1]] == ["error", "ok", "ok"]
+    assert read_log(log) == ["a", "b", "c"]
+    again = cli("resume", run_id, "--retry-failed", "--format", "jsonl")
+    assert again.returncode == 0
+    assert read_log(log) == ["a", "b", "c", "a"]
