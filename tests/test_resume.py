@@ -349,3 +349,33 @@ def test_a_halted_run_is_continued_by_resume(cli, tmp_path):
     again = cli("resume", run_id, "--retry-failed", "--format", "jsonl")
     assert again.returncode == 0
     assert read_log(log) == ["a", "b", "c", "a"]
+
+
+def test_calls_dispatched_by_a_kept_call_are_printed_again_after_it(cli, tmp_path):
+    reg = state_registry(tmp_path)
+    reg.write_text(reg.read_text() + """
+      router:
+        callable: testapp.tools:route_sync
+        description: Dispatches one call.
+        dispatch: [read]
+        input_schema: {type: object}
+        output_schema: {type: object}
+""")
+    log = tmp_path / "log"
+    plan = sequential_plan(tmp_path, [
+        {"call_key": "route", "tool": "router", "args": {"target": "read", "args": {"log": str(log), "key": "child"}}},
+        {"call_key": "f", "tool": "fail_once", "args": {"log": str(log), "key": "f", "marker": str(tmp_path / "m")}},
+    ])
+    first = cli("run", str(plan), "--format", "jsonl")
+    assert first.returncode == 1, first.stderr
+    out = jsonl(first.stdout)
+    assert [(r["tool"], r["status"]) for r in out[:-1]] == [("router", "ok"), ("read", "ok"), ("fail_once", "error")]
+    assert out[1]["parent_receipt_id"] == out[0]["receipt_id"]
+    r = cli("resume", out[0]["run_id"], "--retry-failed", "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    again = jsonl(r.stdout)
+    assert again[:2] == out[:2]
+    assert [(x["tool"], x["status"]) for x in again[:-1]] == [("router", "ok"), ("read", "ok"), ("fail_once", "ok")]
+    assert again[-1]["counts"]["ok"] == 3
+    assert read_log(log) == ["child", "f", "f"]
+    assert cli("runs", "show", out[0]["run_id"], "--format", "jsonl").stdout == r.stdout

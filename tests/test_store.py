@@ -406,3 +406,26 @@ def test_a_version_1_database_is_migrated(tmp_path):
     assert store.schema_version == SCHEMA_VERSION >= 2
     assert store.lanes_of("r") == [(0, "a", {"x": 1}, None)]
     store.close()
+
+
+def test_a_store_failure_stops_the_run_with_a_clear_error(tmp_path):
+    from toolloop_cli.engine.run import RunOptions, execute_plan
+    from toolloop_cli.plan.admit import admit_plan
+
+    class FullDisk(Store):
+        def mark_started(self, run_id: str, seq: int) -> None:
+            raise sqlite3.OperationalError("database or disk is full")
+
+    state_registry(tmp_path)
+    log = tmp_path / "log"
+    plan = sequential_plan(tmp_path, [{"tool": "read", "args": {"log": str(log), "key": "r"}},
+                                      {"tool": "write", "args": {"log": str(log), "key": "w"}}])
+    store = FullDisk(tmp_path / "st")
+    got: list = []
+    with pytest.raises(RunError, match=r"the state database could not be written \(database or disk is full\)"):
+        execute_plan(admit_plan(plan), store, got.append, RunOptions(handle_signals=False))
+    assert read_log(log) == ["r"]  # the write never ran without its start marker
+    run = store.list_runs()[0]
+    assert run["status"] == "interrupted" and run["lease_owner"] is None
+    assert [r["seq"] for r in store.receipts_of(run["run_id"])] == [0]
+    store.close()

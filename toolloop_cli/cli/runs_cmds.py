@@ -115,12 +115,12 @@ def show_run(
 ) -> None:
     """The receipts of a run again, in order, then its summary (byte for byte what the run printed
     as JSON Lines, for a finished run)."""
-    from ..engine.resume import find_run
+    from ..engine.resume import find_run, in_output_order
 
     store = _open_store(state_dir)
     try:
         run = find_run(store, run_id)
-        receipts = store.receipts_of(run["run_id"])
+        receipts = in_output_order(store.receipts_of(run["run_id"]), run["total_calls"])
         status = _shown_status(store, run)
     finally:
         store.close()

@@ -202,14 +202,64 @@ def prepare_resume(
                 stop = f"call '{c.call_key}' in this lane ended interrupted"
         if payload is not None:
             lane.payload = payload  # what the calls that run again start from
+    children = _kept_children(receipts, {c.seq for c in plan.calls}, set(journaled))
+    journaled.extend(child.seq for _parent, child in children)
     return plan, {
         "owner": owner,
         "parallel_batch_id": run["parallel_batch_id"],
         "skip": [r.seq for r in settled],
         "prior": settled,
         "journaled": journaled,
+        "children": children,
         "completion_start": ctx._completion,
     }
+
+
+def _kept_children(receipts: dict[int, dict], plan_seqs: set[int], kept: set[int]) -> list[tuple[int, Receipt]]:
+    """Receipts of calls dispatched (SPEC 5.6) by kept receipts, depth first: ``(parent seq,
+    receipt)`` in the order they finished. They are printed again after their parent."""
+    seq_of = {r["receipt_id"]: s for s, r in receipts.items()}
+    by_parent: dict[int, list[dict]] = {}
+    for s, r in receipts.items():
+        parent = seq_of.get(r.get("parent_receipt_id")) if s not in plan_seqs else None
+        if parent is not None:
+            by_parent.setdefault(parent, []).append(r)
+    out: list[tuple[int, Receipt]] = []
+    todo = sorted(kept)
+    while todo:
+        parent = todo.pop()
+        for child in sorted(by_parent.get(parent, ()), key=lambda r: r["completion_seq"]):
+            out.append((parent, Receipt.from_record(child)))
+            todo.append(child["seq"])
+    return out
+
+
+def in_output_order(records: list[dict], plan_calls: int) -> list[dict]:
+    """A run's journaled receipts in the order the run printed them: plan calls by seq, each
+    followed by the calls it dispatched (depth first, in the order they finished)."""
+    seq_of = {r["receipt_id"]: r["seq"] for r in records}
+    by_parent: dict[int, list[dict]] = {}
+    out: list[dict] = []
+    loose: list[dict] = []
+    for r in records:
+        if r["seq"] < plan_calls:
+            out.append(r)
+        elif seq_of.get(r.get("parent_receipt_id")) is not None:
+            by_parent.setdefault(seq_of[r["parent_receipt_id"]], []).append(r)
+        else:
+            loose.append(r)
+    if not by_parent:
+        return out + loose
+
+    def with_children(r: dict) -> list[dict]:
+        got = [r]
+        for child in sorted(by_parent.pop(r["seq"], ()), key=lambda c: c["completion_seq"]):
+            got.extend(with_children(child))
+        return got
+
+    ordered = [x for r in sorted(out, key=lambda r: r["seq"]) for x in with_children(r)]
+    leftover = [r for rs in by_parent.values() for r in rs]  # children of calls with no receipt
+    return ordered + sorted(leftover + loose, key=lambda r: r["seq"])
 
 
 def _seq_in_file(decl: Any, seq: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -14,6 +15,7 @@ import orjson
 import trio
 
 from .._canonical import sha256_of
+from ..errors import RunError
 from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, project_payload
 from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter, Store, lease_token
@@ -159,6 +161,13 @@ class _JournaledState(BatchState):
             self.journal.commit(rec)
 
 
+def _first(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 @dataclass
 class RunResult:
     summary: dict
@@ -215,6 +224,8 @@ def execute_plan(
             skip = frozenset(resume["skip"])
             prior = resume["prior"]
             journaled = frozenset(resume.get("journaled", ()))
+            for parent_seq, child in resume.get("children", ()):
+                ctx.add_child(parent_seq, child)  # printed again right after its kept parent
             ctx._completion = resume.get("completion_start", 0)
             store.reopen_run(ctx.run_id)
 
@@ -261,20 +272,29 @@ def execute_plan(
                 nursery.cancel_scope.cancel()
 
         writer_error: BaseException | None = None
+        store_error: sqlite3.Error | None = None
         try:
-            trio.run(main)
+            try:
+                trio.run(main)
+            except* sqlite3.Error as group:  # a start marker or the cache could not be written
+                store_error = _first(group)
         finally:
             interrupted = state.interrupted  # a signal after the last call does not change the outcome
             try:
                 journal.close()
             except BaseException as exc:  # noqa: BLE001 - re-raised below once the run is recorded
                 writer_error = exc
-        if writer_error is not None:
+        if store_error is None and isinstance(writer_error, sqlite3.Error):
+            store_error, writer_error = writer_error, None
+        if writer_error is not None or store_error is not None:
             try:
                 store.finish_run(ctx.run_id, "interrupted", state.counts, owner=owner)
-            except Exception:  # noqa: BLE001 - the writer's failure is the one to report
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
                 pass
-            raise writer_error
+            if store_error is not None:
+                raise RunError(f"the state database could not be written ({store_error}); run {ctx.run_id} was"
+                               " stopped, and every receipt printed is in the journal") from None
+            raise writer_error  # type: ignore[misc]
         status = summary_status(state.counts, stopped=state.halted, interrupted=interrupted)
         summary = summary_record(ctx.run_id, plan.mode, status, state.counts,
                                  (time.perf_counter() - t0) * 1000, plan.contract.contract_sha256)
