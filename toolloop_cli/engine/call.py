@@ -3,9 +3,9 @@ redaction, and its receipt."""
 
 from __future__ import annotations
 
+import os
 import random
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -58,6 +58,14 @@ class RunContext:
     _children: dict = field(default_factory=dict)
     _child_next: int | None = None
     _counts: dict = field(default_factory=dict)  # calls made per tool with a max_calls
+    # receipt ids: a random prefix per run context (one system call) and a counter
+    _id_prefix: str = field(default_factory=lambda: os.urandom(8).hex())
+    _ids: int = 0
+
+    def new_receipt_id(self) -> str:
+        """A unique receipt id: 16 random hex digits for this context, then a counter."""
+        self._ids += 1
+        return f"{self._id_prefix}{self._ids:016x}"
     _dispatching: bool = False  # some tool of the contract may dispatch
 
     def __post_init__(self) -> None:
@@ -200,7 +208,7 @@ async def _attempt_with_children(ctx: RunContext, tool: ToolSpec, args: dict, ti
 
 
 async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict,
-                        frame: CallFrame | None = None) -> tuple[Outcome, int]:
+                        frame: CallFrame | None = None, start_info: tuple | None = None) -> tuple[Outcome, int]:
     policy = tool.retry
     timeout = tool.timeout_s if tool.timeout_s is not None else ctx.default_timeout_s
     key = (tool.subagent, tool.id)
@@ -219,6 +227,8 @@ async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict,
             try:
                 if tool.per_second is not None:
                     await ctx.limits.rate(key, tool.per_second).acquire()
+                if start_info is not None and attempts == 1:
+                    ctx.before_start(start_info)  # type: ignore[misc]  # at-most-once: committed first
                 if ctx.audit is not None:
                     ctx.emit_audit("started", **meta, attempt=attempts)
                 if nested:
@@ -231,6 +241,8 @@ async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict,
         else:
             if tool.per_second is not None:
                 await ctx.limits.rate(key, tool.per_second).acquire()
+            if start_info is not None and attempts == 1:
+                ctx.before_start(start_info)  # type: ignore[misc]  # at-most-once: committed first
             if ctx.audit is not None:
                 ctx.emit_audit("started", **meta, attempt=attempts)
             if nested:
@@ -328,7 +340,7 @@ async def execute_call(
         return await _execute_in_frame(ctx, tool, args, seq, item_key, call_key, args_sha256,
                                        parent_receipt_id, iteration)
     return await _execute(ctx, tool, args, seq, item_key, call_key, args_sha256, parent_receipt_id,
-                          iteration, uuid.uuid4().hex, None)
+                          iteration, ctx.new_receipt_id(), None)
 
 
 async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: int, item_key: str | None,
@@ -336,7 +348,7 @@ async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: in
                             iteration: int | None, parent: CallFrame | None = None) -> tuple[Receipt, Any, dict | None]:
     # the call is visible to dispatch() in its task, threads and asyncio task; a call whose
     # tool declares no dispatch hides its parent's frame
-    receipt_id = uuid.uuid4().hex
+    receipt_id = ctx.new_receipt_id()
     frame = (CallFrame(ctx, tool, seq, receipt_id, item_key, iteration, trio.lowlevel.current_trio_token())
              if tool.dispatch else None)
     token = CURRENT.set(frame)
@@ -358,9 +370,11 @@ async def _execute(
 ) -> tuple[Receipt, Any, dict | None]:
     red = ctx.redactor(tool)
     args_sha = args_sha256 or sha256_of(args)
-    meta = {"seq": seq, "tool": tool.id, "item_key": item_key, "call_key": call_key, "receipt_id": receipt_id}
-    if parent_receipt_id is not None:
-        meta["parent_receipt_id"] = parent_receipt_id
+    meta: dict = {}
+    if ctx.audit is not None:
+        meta = {"seq": seq, "tool": tool.id, "item_key": item_key, "call_key": call_key, "receipt_id": receipt_id}
+        if parent_receipt_id is not None:
+            meta["parent_receipt_id"] = parent_receipt_id
     started = time.time()
     t0 = time.perf_counter()
     if ctx.audit is not None:
@@ -385,9 +399,8 @@ async def _execute(
             envelope = tool.envelope.read(hit[0])[0] if tool.envelope is not None else None
     ran = outcome is None
     if outcome is None:
-        if ctx.before_start is not None:
-            ctx.before_start((seq, tool, args_sha))
-        outcome, attempts = await _run_attempts(ctx, tool, args, meta, frame)
+        start_info = (seq, tool, args_sha) if ctx.before_start is not None else None
+        outcome, attempts = await _run_attempts(ctx, tool, args, meta, frame, start_info)
         if outcome.status == "ok":
             outcome, envelope = _check_output(ctx, tool, outcome)
     value = outcome.value if outcome.status == "ok" else None
@@ -482,7 +495,7 @@ def not_run_receipt(
     return Receipt(
         run_id=ctx.run_id, seq=seq, completion_seq=ctx.next_completion(), subagent=tool.subagent,
         tool=tool.id, parallel_batch_id=ctx.parallel_batch_id, item_key=item_key, call_key=call_key,
-        parent_receipt_id=parent_receipt_id, iteration=iteration, receipt_id=uuid.uuid4().hex, status=status,
+        parent_receipt_id=parent_receipt_id, iteration=iteration, receipt_id=ctx.new_receipt_id(), status=status,
         abandoned=False, attempts=0, cache="off",
         args_sha256=args_sha256 if args_sha256 is not None else (sha256_of(args) if args is not None else None),
         args=red.apply(args), result=None,
