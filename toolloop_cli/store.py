@@ -457,9 +457,11 @@ class JournalWriter:
     _COMMIT, _EMIT, _BOTH = 1, 2, 3
 
     def __init__(self, store: Store, after_commit: Callable[[dict], None], max_batch: int = 512,
-                 on_error: Callable[[BaseException], None] | None = None):
+                 on_error: Callable[[BaseException], None] | None = None,
+                 after_batch: Callable[[], None] | None = None):
         self.store = store
         self.after_commit = after_commit
+        self.after_batch = after_batch
         self.on_error = on_error
         self.max_batch = max_batch
         self._q: queue.SimpleQueue = queue.SimpleQueue()
@@ -526,6 +528,8 @@ class JournalWriter:
             try:
                 for r in records:
                     self.after_commit(r)
+                if self.after_batch is not None:
+                    self.after_batch()
             except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
                 self._fail(exc)
 

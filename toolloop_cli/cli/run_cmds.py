@@ -20,7 +20,7 @@ def private_stdout() -> IO[bytes]:
     fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return os.fdopen(fd, "wb", buffering=0)
+    return os.fdopen(fd, "wb", buffering=1 << 16)
 
 
 class Output:
@@ -32,7 +32,18 @@ class Output:
         self.is_tty = real.isatty() if hasattr(real, "isatty") else False
         self.stream = private_stdout()
         self.writer = record_writer(self.fmt, self.stream)
+        if self.fmt == "jsonl":
+            self.writer.autoflush = False  # flushed once per batch of committed receipts (flush)
         self.broken = False
+
+    def flush(self) -> None:
+        if self.broken:
+            return
+        try:
+            self.writer.flush()
+        except BrokenPipeError:
+            self.broken = True
+            raise
 
     def write(self, record: dict) -> None:
         if self.broken:
@@ -155,7 +166,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         except OSError as exc:
             fail(f"cannot write --audit {audit}: {exc.strerror}", 2)
         audit_sink = JsonlWriter(audit_file).write
-    options = RunOptions(halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
+    options = RunOptions(flush_output=out.flush, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice)
     progress = None
     if out.fmt == "table" and sys.stderr.isatty():

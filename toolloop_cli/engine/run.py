@@ -35,6 +35,9 @@ class RunOptions:
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     audit: Callable[[dict], None] | None = None
     on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
+    # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
+    # once per batch rather than once per record)
+    flush_output: Callable[[], None] | None = None
     # SIGINT/SIGTERM handling (main thread only): the first signal cancels the run, a second forces
     # an exit with code 130. ``on_signal`` gets a one-line notice for a person; it may be called
     # from a signal handler, so it must not take locks (write with os.write).
@@ -247,7 +250,8 @@ def execute_plan(
                 except trio.RunFinishedError:
                     pass
 
-        journal = state.journal = JournalWriter(store, emit, on_error=stop_on_writer_error)
+        journal = state.journal = JournalWriter(store, emit, on_error=stop_on_writer_error,
+                                                      after_batch=options.flush_output)
         settled = state.settled
 
         def sink(receipt: Receipt) -> None:

@@ -191,36 +191,34 @@ def project_payload(tool: ToolSpec, payload: dict) -> dict:
 
 
 def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Problem]) -> None:
+    # one collector for the whole stream: every finding is placed at the line being read
+    smap = SourceMap(shown)
+    col = Collector(smap, problems)
     for lineno, raw in enumerate(source, start=1):
         if not raw.strip():
             continue
-        col = Collector(SourceMap(shown, values={(): (lineno, 1)}))
+        smap.values[()] = (lineno, 1)
         try:  # the fast path: a well-formed lane parses and validates in one step
             lane = LaneDecl.model_validate_json(raw)
         except ValidationError:
             pass
         else:
             adm.lane(lane, (), col)
-            problems.extend(col.problems)
             continue
         try:
             data = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
-            problems.extend(col.problems)
             continue
         if not isinstance(data, dict):
             col.add("TL414", "line is not a lane object", hint='write {"item_key": ..., "calls": [...]}')
-            problems.extend(col.problems)
             continue
         try:
             lane = LaneDecl.model_validate(data)
         except ValidationError as exc:
-            report_model_errors(exc, LaneDecl, col)
-            problems.extend(col.problems)
+            report_model_errors(exc, LaneDecl, col, data=data)
             continue
         adm.lane(lane, (), col)
-        problems.extend(col.problems)
 
 
 def admit_plan(

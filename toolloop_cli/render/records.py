@@ -9,13 +9,19 @@ import orjson
 
 
 class JsonlWriter:
-    """One JSON object per line, flushed at once so readers see each record while the run goes on."""
+    """One JSON object per line, flushed at once so readers see each record while the run goes
+    on. With ``autoflush=False`` the caller flushes (e.g. once per batch of committed receipts)."""
 
-    def __init__(self, out: IO[bytes]):
+    def __init__(self, out: IO[bytes], autoflush: bool = True):
         self.out = out
+        self.autoflush = autoflush
 
     def write(self, record: dict) -> None:
         self.out.write(orjson.dumps(record) + b"\n")
+        if self.autoflush:
+            self.out.flush()
+
+    def flush(self) -> None:
         self.out.flush()
 
     def close(self) -> None:
@@ -32,6 +38,9 @@ class JsonArrayWriter:
     def write(self, record: dict) -> None:
         self.out.write((b"[\n" if self.count == 0 else b",\n") + orjson.dumps(record))
         self.count += 1
+
+    def flush(self) -> None:
+        self.out.flush()
 
     def close(self) -> None:
         self.out.write(b"[]\n" if self.count == 0 else b"\n]\n")
@@ -78,6 +87,9 @@ class TableWriter:
             self.summary = record
         else:
             self.other.append(record)
+
+    def flush(self) -> None:
+        pass  # the table is printed whole at the end
 
     def close(self) -> None:
         from rich.table import Table
