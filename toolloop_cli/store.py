@@ -115,6 +115,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # 2: a lane payload holding a redacted value is withheld; its hash lets resume check the rebuilt one
         "ALTER TABLE lanes ADD COLUMN payload_sha256 TEXT",
     ),
+    (  # 3: lanes spooled from a stream are read back a page of lanes at a time
+        "CREATE INDEX IF NOT EXISTS calls_by_lane ON calls (run_id, lane, seq)",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -250,6 +253,13 @@ class Store:
             )
 
         self._transaction(work)
+
+    def discard_calls(self, run_id: str) -> None:
+        """Forget lanes and calls journaled for a run that never started (its plan was rejected)."""
+        self._transaction(lambda: (
+            self.db.execute("DELETE FROM lanes WHERE run_id=?", (run_id,)),
+            self.db.execute("DELETE FROM calls WHERE run_id=?", (run_id,)),
+        ))
 
     def reopen_run(self, run_id: str) -> None:
         """A resumed run is running again: its old summary no longer describes it."""

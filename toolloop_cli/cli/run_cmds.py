@@ -109,13 +109,25 @@ def run(
                 lanes_stream = open(lanes, "rb")
             except OSError as exc:
                 fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
+    store = spool = run_id = None
+    if lanes_stream is not None and not dry_run:
+        # lanes from a stream go to the journal as they are admitted (bounded memory)
+        from ..engine.batch import new_run_id
+        from ..engine.spool import LaneSpool
+
+        store = _open_store(state_dir)
+        run_id = new_run_id()
+        spool = LaneSpool(store, run_id)
     try:
         admitted = admit_plan(
             plan, registry=str(registry) if registry else None, app_root=str(app_root) if app_root else None,
             max_concurrency=max_concurrency, lanes=lanes_stream, lanes_name=lanes or "-",
-            default_timeout_s=timeout,
+            default_timeout_s=timeout, spool=spool,
         )
     except ConfigError as exc:
+        if spool is not None:
+            spool.discard()
+            store.close()
         print_findings(exc.problems)
         sys.stderr.write(f"toolloop: plan rejected ({sum(p.level == 'error' for p in exc.problems)} error(s)); nothing ran\n")
         raise typer.Exit(3)
@@ -125,6 +137,8 @@ def run(
     if admitted.warnings:
         print_findings(admitted.warnings)
     if admitted.mode == "routed":
+        if store is not None:
+            store.close()
         fail("this version admits routed plans (toolloop validate checks them) but cannot run them yet", 2,
              "run a sequential or parallel plan")
     if dry_run:
@@ -138,23 +152,30 @@ def run(
         except BrokenPipeError:
             quiet_broken_pipe()
         return
-    _execute(admitted, format, policy, timeout, no_cache, refresh_cache, state_dir, audit, max_output_bytes)
+    _execute(admitted, format, policy, timeout, no_cache, refresh_cache, state_dir, audit, max_output_bytes,
+             run_id=run_id, store=store)
+
+
+def _open_store(state_dir: Optional[Path]) -> Any:
+    from ..store import Store, state_dir as pick_state_dir
+
+    try:
+        return Store(pick_state_dir(str(state_dir) if state_dir else None))
+    except KeyboardInterrupt:
+        fail("interrupted before the run started; nothing ran", 130)
 
 
 def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[float], no_cache: bool,
              refresh_cache: bool, state_dir: Optional[Path], audit: Optional[Path], max_output_bytes: int,
-             resume: Optional[dict] = None, run_id: Optional[str] = None) -> None:
+             resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None) -> None:
     from ..engine.run import RunOptions, execute_plan
-    from ..store import Store, state_dir as pick_state_dir
 
     def notice(text: str) -> None:
         # may run inside a signal handler: one unbuffered write, no locks
         os.write(2, f"toolloop: {text}\n".encode())
 
-    try:
-        store = Store(pick_state_dir(str(state_dir) if state_dir else None))
-    except KeyboardInterrupt:
-        fail("interrupted before the run started; nothing ran", 130)
+    if store is None:
+        store = _open_store(state_dir)
     out = Output(format)
     audit_sink = None
     audit_file = None

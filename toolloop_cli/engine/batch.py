@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import trio
 
@@ -216,7 +216,7 @@ def _halt_text(h: HaltPolicy | None) -> str:
 
 async def run_lanes(
     ctx: RunContext,
-    lanes: list[AdmittedLane],
+    lanes: list[AdmittedLane] | Iterable[AdmittedLane],
     max_concurrency: int,
     sink: Sink,
     *,
@@ -230,25 +230,36 @@ async def run_lanes(
     ``skip_seqs`` are calls already settled (resume); their receipts come in ``prior`` and are
     emitted in order with the new ones.
     """
-    work = [(lane, [c for c in lane.calls if c.seq not in skip_seqs]) for lane in lanes]
-    expected = [c.seq for lane in lanes for c in lane.calls]
-    total = len(expected)
+    if isinstance(lanes, list):
+        expected = [c.seq for lane in lanes for c in lane.calls]
+        total = len(expected)
+        plan_calls = max(expected, default=-1) + 1
+        order = expected if skip_seqs or _gappy(expected) else None
+    else:
+        # a stream of lanes (read back from the journal): seqs are 0..total-1 in order
+        if state is None or skip_seqs:
+            raise ValueError("lanes given as a stream need the batch state's total and no skipped seqs")
+        total = plan_calls = state.total
+        order = None
     state = state or BatchState(total=total, halt=halt)
     state.total, state.halt = total, halt
     # dispatched calls (SPEC 5.6) are numbered after the plan's and emitted right after their parent
-    sink = ctx.with_children(sink, state.counts, plan_calls=max(expected, default=-1) + 1)
-    emitter = OrderedEmitter(sink, expected if skip_seqs or _gappy(expected) else None)
+    sink = ctx.with_children(sink, state.counts, plan_calls=plan_calls)
+    emitter = OrderedEmitter(sink, order)
     for r in sorted(prior, key=lambda r: r.seq):
         state.counts[r.status] += 1
         emitter.done(r)
-    # (position of the lane's first call in emission order, lane, calls still to run)
-    positions = []
-    pos = 0
-    for lane, calls in work:
-        if calls:
-            positions.append((pos, lane, calls))
-        pos += len(lane.calls)
-    pending = iter(positions)
+
+    def positions() -> Iterator[tuple[int, AdmittedLane, list[AdmittedCall]]]:
+        """(position of the lane's first call in emission order, lane, calls still to run)"""
+        pos = 0
+        for lane in lanes:
+            calls = [c for c in lane.calls if c.seq not in skip_seqs] if skip_seqs else lane.calls
+            if calls:
+                yield pos, lane, calls
+            pos += len(lane.calls)
+
+    pending = positions()
     window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
 
     async def worker() -> None:
@@ -277,8 +288,9 @@ async def run_lanes(
             if current is not None:
                 current.cancel_current()
 
+    workers = max(1, min(max_concurrency, len(lanes))) if isinstance(lanes, list) else max(1, max_concurrency)
     async with trio.open_nursery() as nursery:
-        for _ in range(max(1, min(max_concurrency, len(work)))):
+        for _ in range(workers):
             nursery.start_soon(worker)
     emitter.flush()
     return state

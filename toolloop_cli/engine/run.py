@@ -11,16 +11,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-import orjson
 import trio
 
-from .._canonical import sha256_of
 from ..errors import RunError
-from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, project_payload
+from ..plan.admit import AdmittedPlan
 from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter, Store, lease_token
 from .batch import BatchState, HaltPolicy, new_run_id, run_lanes
 from .call import DEFAULT_OUTPUT_CAP, RunContext
+from .spool import lane_rows
 
 Emit = Callable[[dict], None]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -54,27 +53,6 @@ class RunOptions:
         }
 
 
-def _stored_args(call: AdmittedCall, ctx: RunContext) -> str | None:
-    if call.args is None:
-        return None
-    red = ctx.redactor(call.tool)
-    if red.active and red.secrets(call.args):
-        return None  # never journal a redacted value; resume rebuilds it from the plan
-    return orjson.dumps(call.args).decode()
-
-
-def _withheld_payload(lane: AdmittedLane, ctx: RunContext) -> str | None:
-    """The payload's hash when a call of its lane, fed from it, would receive a redacted value (the
-    payload is then never journaled; resume rebuilds it from the plan), else None."""
-    if lane.payload is None:
-        return None
-    for c in lane.calls:
-        red = ctx.redactor(c.tool)
-        if red.active and red.secrets(project_payload(c.tool, lane.payload)):
-            return sha256_of(lane.payload)
-    return None
-
-
 def journal_plan(store: Store, ctx: RunContext, plan: AdmittedPlan, options: RunOptions, owner: str) -> None:
     """Record the run (holding its lease) and every admitted lane and call."""
     plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
@@ -86,12 +64,8 @@ def journal_plan(store: Store, ctx: RunContext, plan: AdmittedPlan, options: Run
                     "app_root": plan.contract.app_root, **options.journal_form()},
         "parallel_batch_id": ctx.parallel_batch_id, "total_calls": plan.total_calls, "lease_owner": owner,
     })
-    store.journal_calls(
-        ctx.run_id,
-        ((lane.index, lane.item_key, lane.payload, _withheld_payload(lane, ctx)) for lane in plan.lanes),
-        ((c.seq, c.lane, c.item_key, c.call_key, c.tool.id, _stored_args(c, ctx), c.args_sha256)
-         for lane in plan.lanes for c in lane.calls),
-    )
+    # lanes from a stream are in the journal already (spool.py); these are the plan file's
+    store.journal_calls(ctx.run_id, *lane_rows(plan.lanes))
 
 
 class _Signals:
@@ -271,7 +245,8 @@ def execute_plan(
             async with trio.open_nursery() as nursery:
                 if signals.enabled:
                     await nursery.start(signals.watch)
-                await run_lanes(ctx, plan.lanes, plan.max_concurrency if plan.mode == "parallel" else 1, sink,
+                await run_lanes(ctx, plan.all_lanes() if plan.spool is not None and resume is None else plan.lanes,
+                                plan.max_concurrency if plan.mode == "parallel" else 1, sink,
                                 halt=options.halt, skip_seqs=skip, prior=prior, state=state)
                 nursery.cancel_scope.cancel()
 

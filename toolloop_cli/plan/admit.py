@@ -53,15 +53,27 @@ class AdmittedPlan:
     plan_sha256: str
     registry_path: str
     warnings: list[Problem] = field(default_factory=list)
+    #: lanes read from a stream and journaled as admitted (``engine.spool.LaneSpool``); they
+    #: follow ``lanes`` and are read back when they run
+    spool: Any = None
+
+    def all_lanes(self) -> Iterable[AdmittedLane]:
+        yield from self.lanes
+        if self.spool is not None:
+            yield from self.spool.iter_lanes(self.subagent)
 
     @property
     def calls(self) -> Iterable[AdmittedCall]:
-        for lane in self.lanes:
+        for lane in self.all_lanes():
             yield from lane.calls
 
     @property
     def total_calls(self) -> int:
-        return sum(len(lane.calls) for lane in self.lanes)
+        return sum(len(lane.calls) for lane in self.lanes) + (self.spool.calls if self.spool is not None else 0)
+
+    @property
+    def lane_count(self) -> int:
+        return len(self.lanes) + (self.spool.lanes if self.spool is not None else 0)
 
 
 def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
@@ -104,6 +116,7 @@ class _Admitter:
         self.item_keys: dict[str, int] = {}
         self.per_tool: dict[str, int] = {}
         self.lanes: list[AdmittedLane] = []
+        self.lane_count = 0  # lanes admitted, including those handed to a spool
         self.extra: list[Problem] = []
 
     def call(self, lane: int, item_key: str | None, index: int, decl: Any, at: tuple,
@@ -150,7 +163,8 @@ class _Admitter:
         return AdmittedCall(self.seq, lane, item_key, call_key, tool, args, sha256_of(args))
 
     def lane(self, decl: LaneDecl, at: tuple, col: Collector) -> None:
-        index = len(self.lanes)
+        index = self.lane_count
+        self.lane_count += 1
         if decl.item_key in self.item_keys:
             col.add("TL405", f"duplicate item_key '{decl.item_key}' (first in lane {self.item_keys[decl.item_key]})",
                     at + ("item_key",), "item keys must be unique across the plan")
@@ -190,7 +204,7 @@ def project_payload(tool: ToolSpec, payload: dict) -> dict:
     return dict(payload)
 
 
-def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Problem]) -> None:
+def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Problem], spool: Any = None) -> None:
     # one collector for the whole stream: every finding is placed at the line being read
     smap = SourceMap(shown)
     col = Collector(smap, problems)
@@ -204,6 +218,8 @@ def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Pr
             pass
         else:
             adm.lane(lane, (), col)
+            if spool is not None:
+                spool.add(adm.lanes.pop())  # journaled now, read back when it runs
             continue
         try:
             data = orjson.loads(raw)
@@ -219,6 +235,8 @@ def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Pr
             report_model_errors(exc, LaneDecl, col, data=data)
             continue
         adm.lane(lane, (), col)
+        if spool is not None:
+            spool.add(adm.lanes.pop())
 
 
 def admit_plan(
@@ -230,6 +248,7 @@ def admit_plan(
     lanes: IO[bytes] | None = None,
     lanes_name: str = "-",
     default_timeout_s: float | None = None,
+    spool: Any = None,
 ) -> AdmittedPlan:
     """Load a plan and its registry and admit the whole plan; raises ``ConfigError`` listing
     every problem (plan and registry alike) when anything is wrong."""
@@ -269,7 +288,7 @@ def admit_plan(
         for i, lane in enumerate(decl.lanes or []):
             adm.lane(lane, ("lanes", i), col)
         if lanes is not None:
-            _read_lanes(lanes, lanes_name, adm, adm.extra)
+            _read_lanes(lanes, lanes_name, adm, adm.extra, spool)
         elif decl.lanes is None:
             col.add("TL202", "a parallel plan needs 'lanes' (or --lanes FILE)", (), "add 'lanes:'", at_key=True)
     else:
@@ -298,4 +317,5 @@ def admit_plan(
         plan_sha256=sha256_of(decl.model_dump(mode="json")),
         registry_path=reg_path,
         warnings=warnings,
+        spool=spool if spool is not None and spool.lanes else None,
     )

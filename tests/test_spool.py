@@ -1,0 +1,96 @@
+"""Lanes from --lanes are journaled as they are admitted and read back a page at a time."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from conftest import APP, jsonl, write
+
+REG = APP / "registry.yml"
+CANARY = "canary-pw-7731"
+
+
+def plan(tmp_path):
+    return write(tmp_path / "plan.yml", json.dumps({
+        "version": 1, "registry": str(REG), "subagent": "t", "mode": "parallel", "max_concurrency": 3,
+        "lanes": [{"item_key": "inline", "calls": [{"tool": "echo", "args": {"inline": True}}]}]}))
+
+
+def lanes_file(tmp_path, n: int, secret_every: int = 0):
+    path = tmp_path / "lanes.jsonl"
+    with open(path, "w") as fh:
+        for i in range(n):
+            calls = [{"call_key": "e", "tool": "echo", "args": {"i": i}}]
+            if secret_every and i % secret_every == 0:
+                calls.append({"call_key": "s", "tool": "secret_echo", "args": {"user": f"u{i}", "password": CANARY}})
+            fh.write(json.dumps({"item_key": f"k{i}", "calls": calls}) + "\n")
+    return path
+
+
+def test_streamed_lanes_run_in_order_after_the_plan_files(cli, tmp_path):
+    n = 1000  # several pages of the spool
+    proc = cli("run", str(plan(tmp_path)), "--lanes", str(lanes_file(tmp_path, n, secret_every=97)))
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    records = jsonl(proc.stdout)
+    receipts = records[:-1]
+    assert receipts[0]["item_key"] == "inline"
+    assert [r["seq"] for r in receipts] == list(range(len(receipts)))
+    echo = [r for r in receipts if r["tool"] == "echo"][1:]
+    assert [r["result"]["received"]["i"] for r in echo] == list(range(n))
+    secret = [r for r in receipts if r["tool"] == "secret_echo"]
+    # the callable got the real password (its token quotes it), the output never shows it
+    assert len(secret) == 11 and all(r["status"] == "ok" for r in secret)
+    assert all(r["args"]["password"] == "[REDACTED]" and r["result"]["token"] == "[REDACTED]" for r in secret)
+    assert CANARY.encode() not in proc.stdout
+    db = tmp_path / ".toolloop" / "state.db"
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT count(*) FROM lanes").fetchone()[0] == n + 1
+    assert con.execute("SELECT count(*) FROM calls").fetchone()[0] == len(receipts)
+    con.close()
+    for f in (tmp_path / ".toolloop").iterdir():
+        assert CANARY.encode() not in f.read_bytes(), f
+
+
+def test_a_rejected_stream_leaves_nothing_in_the_journal(cli, tmp_path):
+    path = lanes_file(tmp_path, 600)
+    with open(path, "a") as fh:
+        fh.write('{"item_key": "bad", "calls": [{"tool": "nope"}]}\n')
+    proc = cli("run", str(plan(tmp_path)), "--lanes", str(path))
+    assert proc.returncode == 3
+    assert b"lanes.jsonl:601:1: error TL402" in proc.stderr
+    con = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
+    assert con.execute("SELECT count(*) FROM lanes").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM calls").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 0
+    con.close()
+
+
+def test_a_streamed_run_can_be_shown_again(cli, tmp_path):
+    proc = cli("run", str(plan(tmp_path)), "--lanes", str(lanes_file(tmp_path, 300)))
+    assert proc.returncode == 0
+    run_id = jsonl(proc.stdout)[-1]["run_id"]
+    shown = cli("runs", "show", run_id, "--format", "jsonl")
+    assert shown.stdout == proc.stdout
+
+
+def test_admission_hands_streamed_lanes_to_the_spool_not_to_memory(tmp_path):
+    from toolloop_cli.engine.spool import LaneSpool
+    from toolloop_cli.plan.admit import admit_plan
+    from toolloop_cli.store import Store
+
+    store = Store(tmp_path / "state")
+    spool = LaneSpool(store, "run-x", page=64)
+    with open(lanes_file(tmp_path, 500, secret_every=50), "rb") as fh:
+        admitted = admit_plan(plan(tmp_path), lanes=fh, spool=spool)
+    assert [lane.item_key for lane in admitted.lanes] == ["inline"]  # only the plan file's lane in memory
+    assert admitted.lane_count == 501 and admitted.total_calls == 1 + 500 + 10
+    con = sqlite3.connect(store.path)
+    assert con.execute("SELECT count(*) FROM lanes WHERE run_id='run-x'").fetchone()[0] >= 448  # pages written
+    con.close()
+    lanes = list(admitted.all_lanes())
+    assert [lane.index for lane in lanes] == list(range(501))
+    secret_calls = [c for lane in lanes for c in lane.calls if c.tool.id == "secret_echo"]
+    assert [c.args["password"] for c in secret_calls] == [CANARY] * 10  # kept in memory, not journaled
+    assert CANARY.encode() not in store.path.read_bytes()
+    store.close()

@@ -1,0 +1,122 @@
+"""Lanes read from a stream (``--lanes``) go to the journal as they are admitted and are read
+back a page at a time when they run, so memory stays bounded however many there are (SPEC 3).
+
+The journal never holds a redacted value: arguments or payloads that hold one stay in memory
+(keyed by seq or lane) for the run, and resume rebuilds them from ``--lanes FILE`` given again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Iterator
+
+import orjson
+
+from .._canonical import sha256_of
+from ..contract.compiled import SubagentSpec
+from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
+from .redact import Redactor
+
+PAGE_LANES = 256
+
+
+def stored_args(call: AdmittedCall) -> str | None:
+    """The call's arguments as journaled: JSON, or None when they hold a redacted value (or come
+    from the lane payload)."""
+    if call.args is None:
+        return None
+    red = Redactor(call.tool.redact)
+    if red.active and red.secrets(call.args):
+        return None  # never journal a redacted value; resume rebuilds it from the plan
+    return orjson.dumps(call.args).decode()
+
+
+def withheld_payload(lane: AdmittedLane) -> str | None:
+    """The payload's hash when a call of its lane, fed from it, would receive a redacted value
+    (the payload is then never journaled), else None."""
+    if lane.payload is None:
+        return None
+    for c in lane.calls:
+        red = Redactor(c.tool.redact)
+        if red.active and red.secrets(project_payload(c.tool, lane.payload)):
+            return sha256_of(lane.payload)
+    return None
+
+
+def lane_rows(lanes: list[AdmittedLane]) -> tuple[list[tuple], list[tuple]]:
+    """The journal rows of admitted lanes: ``(index, item_key, payload, withheld)`` and calls."""
+    lrows = [(lane.index, lane.item_key, lane.payload, withheld_payload(lane)) for lane in lanes]
+    crows = [(c.seq, c.lane, c.item_key, c.call_key, c.tool.id, stored_args(c), c.args_sha256)
+             for lane in lanes for c in lane.calls]
+    return lrows, crows
+
+
+class LaneSpool:
+    """Admitted lanes of one run, journaled in pages as they arrive."""
+
+    def __init__(self, store: Any, run_id: str, page: int = PAGE_LANES):
+        self.store = store
+        self.run_id = run_id
+        self.page = page
+        self._buffer: list[AdmittedLane] = []
+        self.lanes = 0
+        self.calls = 0
+        self.first_lane: int | None = None
+        self._args: dict[int, dict] = {}  # seq -> arguments that hold a redacted value
+        self._payloads: dict[int, dict] = {}  # lane -> payload that holds a redacted value
+
+    def add(self, lane: AdmittedLane) -> None:
+        if self.first_lane is None:
+            self.first_lane = lane.index
+        self.lanes += 1
+        self.calls += len(lane.calls)
+        self._buffer.append(lane)
+        if len(self._buffer) >= self.page:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        lrows, crows = lane_rows(self._buffer)
+        for (index, _k, payload, withheld), lane in zip(lrows, self._buffer):
+            if withheld is not None:
+                self._payloads[index] = payload
+        for row, call in zip(crows, (c for lane in self._buffer for c in lane.calls)):
+            if row[5] is None and call.args is not None:
+                self._args[call.seq] = call.args
+        self.store.journal_calls(self.run_id, lrows, crows)
+        self._buffer.clear()
+
+    def discard(self) -> None:
+        self._buffer.clear()
+        self.store.discard_calls(self.run_id)
+
+    def iter_lanes(self, subagent: SubagentSpec) -> Iterator[AdmittedLane]:
+        """The spooled lanes in order, rebuilt a page at a time from the journal."""
+        self.flush()
+        if self.first_lane is None:
+            return
+        db = sqlite3.connect(self.store.path)  # a reader of its own: WAL lets it run beside the writer
+        try:
+            lo = self.first_lane
+            last = self.first_lane + self.lanes - 1
+            while lo <= last:
+                hi = min(lo + self.page - 1, last)
+                lanes = {}
+                for index, item_key, payload, withheld in db.execute(
+                        "SELECT lane, item_key, payload, payload_sha256 FROM lanes"
+                        " WHERE run_id=? AND lane BETWEEN ? AND ? ORDER BY lane", (self.run_id, lo, hi)):
+                    body = self._payloads.get(index) if withheld is not None else (
+                        None if payload is None else orjson.loads(payload))
+                    lanes[index] = AdmittedLane(index, item_key, body, [])
+                for seq, lane, item_key, call_key, tool, args, sha in db.execute(
+                        "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls"
+                        " WHERE run_id=? AND lane BETWEEN ? AND ? ORDER BY seq", (self.run_id, lo, hi)):
+                    value = orjson.loads(args) if args is not None else self._args.get(seq)
+                    lanes[lane].calls.append(
+                        AdmittedCall(seq, lane, item_key, call_key, subagent.tools[tool], value, sha))
+                for index in range(lo, hi + 1):
+                    yield lanes[index]
+                lo = hi + 1
+        finally:
+            db.close()
