@@ -215,6 +215,18 @@ async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict,
     threaded = tool.kind != "mcp" and not tool.is_async and tool.isolation != "process"
     nested = frame is not None and not (tool.is_async and tool.runtime == "trio")
     attempts = 0
+    async def one_attempt(slot: HeldSlot | None) -> Outcome:
+        # after the source limits: the rate, the at-most-once start marker, then the attempt
+        if tool.per_second is not None:
+            await ctx.limits.rate(key, tool.per_second).acquire()
+        if start_info is not None and attempts == 1:
+            ctx.before_start(start_info)  # type: ignore[misc]  # committed before the callable runs
+        if ctx.audit is not None:
+            ctx.emit_audit("started", **meta, attempt=attempts)
+        if nested:
+            return await _attempt_with_children(ctx, tool, args, timeout, slot, frame)  # type: ignore[arg-type]
+        return await _attempt(ctx, tool, args, timeout, slot)
+
     while True:
         attempts += 1
         if tool.max_in_flight is not None:
@@ -225,30 +237,12 @@ async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict,
             await limiter.acquire_on_behalf_of(borrower)
             slot = HeldSlot(limiter, borrower) if threaded else None
             try:
-                if tool.per_second is not None:
-                    await ctx.limits.rate(key, tool.per_second).acquire()
-                if start_info is not None and attempts == 1:
-                    ctx.before_start(start_info)  # type: ignore[misc]  # at-most-once: committed first
-                if ctx.audit is not None:
-                    ctx.emit_audit("started", **meta, attempt=attempts)
-                if nested:
-                    outcome = await _attempt_with_children(ctx, tool, args, timeout, slot, frame)  # type: ignore[arg-type]
-                else:
-                    outcome = await _attempt(ctx, tool, args, timeout, slot)
+                outcome = await one_attempt(slot)
             finally:
                 if slot is None or not slot.handed_over:
                     limiter.release_on_behalf_of(borrower)
         else:
-            if tool.per_second is not None:
-                await ctx.limits.rate(key, tool.per_second).acquire()
-            if start_info is not None and attempts == 1:
-                ctx.before_start(start_info)  # type: ignore[misc]  # at-most-once: committed first
-            if ctx.audit is not None:
-                ctx.emit_audit("started", **meta, attempt=attempts)
-            if nested:
-                outcome = await _attempt_with_children(ctx, tool, args, timeout, None, frame)  # type: ignore[arg-type]
-            else:
-                outcome = await _attempt(ctx, tool, args, timeout)
+            outcome = await one_attempt(None)
         if outcome.status in policy.on and attempts < policy.max_attempts:
             delay = policy.delay(attempts, ctx.rng.random())
             if ctx.audit is not None:
