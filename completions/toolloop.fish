@@ -126,6 +126,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -l no-cache -d 'Do not r
 complete -c toolloop -n '__toolloop_using toolloop run' -l refresh-cache -d 'Run cacheable tools and rewrite their entries.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l registry -r -F -d 'Registry file (overrides the plan\'s).'
 complete -c toolloop -n '__toolloop_using toolloop run' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop run' -l stream -d 'With --lanes: admit each lane just before it starts; a rejected lane gets invalid_input receipts.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l timeout -x -d 'Default timeout in seconds for tools that set none.'
 complete -c toolloop -n '__toolloop_using toolloop run' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop run' -s h -l help -d 'Show this message and exit.'

@@ -84,6 +84,7 @@ _toolloop_run() {
         '--refresh-cache[Run cacheable tools and rewrite their entries.]' \
         '--registry[Registry file (overrides the plan'\''s).]:registry:_files' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '--stream[With --lanes\: admit each lane just before it starts; a rejected lane gets invalid_input receipts.]' \
         '--timeout[Default timeout in seconds for tools that set none.]:timeout: ' \
         '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \

@@ -235,8 +235,12 @@ class Store:
                  None if run.get("lease_owner") is None else time.time() + LEASE_SECONDS),
             )
 
+    def set_total_calls(self, run_id: str, total: int) -> None:
+        with self._lock:
+            self.db.execute("UPDATE runs SET total_calls=? WHERE run_id=?", (total, run_id))
+
     def journal_calls(self, run_id: str, lanes: Iterable[tuple[int, str | None, Any, str | None]],
-                      calls: Iterable[tuple]) -> None:
+                      calls: Iterable[tuple], grow_total: bool = False) -> None:
         """Record the admitted lanes ``(index, item_key, payload, withheld_sha256)`` and calls (one
         transaction). A lane whose payload is withheld (it holds a redacted value) is stored with
         the payload's hash only."""
@@ -246,11 +250,14 @@ class Store:
                 "INSERT INTO lanes (run_id, lane, item_key, payload, payload_sha256) VALUES (?,?,?,?,?)",
                 ((run_id, i, k, None if p is None or sha is not None else _dumps(p), sha) for i, k, p, sha in lanes),
             )
+            rows = [(run_id, *c) for c in calls]
             self.db.executemany(
                 "INSERT INTO calls (run_id, seq, lane, item_key, call_key, tool, args, args_sha256)"
                 " VALUES (?,?,?,?,?,?,?,?)",
-                ((run_id, *c) for c in calls),
+                rows,
             )
+            if grow_total:  # lanes streamed into a running run (run --stream)
+                self.db.execute("UPDATE runs SET total_calls = total_calls + ? WHERE run_id=?", (len(rows), run_id))
 
         self._transaction(work)
 

@@ -78,6 +78,7 @@ def run(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     halt: Optional[str] = typer.Option(None, "--halt", help="now,fail=N or soon,fail=P%: stop the batch after failures."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Default timeout in seconds for tools that set none."),
+    stream: bool = typer.Option(False, "--stream", help="With --lanes: admit each lane just before it starts; a rejected lane gets invalid_input receipts."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Admit the plan and show what would run; run nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
     refresh_cache: bool = typer.Option(False, "--refresh-cache", help="Run cacheable tools and rewrite their entries."),
@@ -100,6 +101,10 @@ def run(
             policy = HaltPolicy.parse(halt)
         except ValueError as exc:
             fail(str(exc), 2)
+    if stream and lanes is None:
+        fail("--stream needs --lanes FILE or --lanes -", 2)
+    if stream and dry_run:
+        fail("--stream and --dry-run do not go together: a streamed lane is admitted only when it runs", 2)
     lanes_stream: Any = None
     if lanes is not None:
         if lanes == "-":
@@ -110,7 +115,7 @@ def run(
             except OSError as exc:
                 fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
     store = spool = run_id = None
-    if lanes_stream is not None and not dry_run:
+    if lanes_stream is not None and not dry_run and not stream:
         # lanes from a stream go to the journal as they are admitted (bounded memory)
         from ..engine.batch import new_run_id
         from ..engine.spool import LaneSpool
@@ -122,7 +127,7 @@ def run(
         admitted = admit_plan(
             plan, registry=str(registry) if registry else None, app_root=str(app_root) if app_root else None,
             max_concurrency=max_concurrency, lanes=lanes_stream, lanes_name=lanes or "-",
-            default_timeout_s=timeout, spool=spool,
+            default_timeout_s=timeout, spool=spool, stream=stream,
         )
     except ConfigError as exc:
         if spool is not None:
@@ -132,7 +137,7 @@ def run(
         sys.stderr.write(f"toolloop: plan rejected ({sum(p.level == 'error' for p in exc.problems)} error(s)); nothing ran\n")
         raise typer.Exit(3)
     finally:
-        if lanes_stream is not None and lanes_stream is not sys.stdin.buffer:
+        if lanes_stream is not None and lanes_stream is not sys.stdin.buffer and not stream:
             lanes_stream.close()
     if admitted.warnings:
         print_findings(admitted.warnings)
@@ -187,7 +192,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         except OSError as exc:
             fail(f"cannot write --audit {audit}: {exc.strerror}", 2)
         audit_sink = JsonlWriter(audit_file).write
-    options = RunOptions(flush_output=out.flush, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
+    options = RunOptions(flush_output=out.flush, on_rejected=print_findings, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice)
     progress = None
     if out.fmt == "table" and sys.stderr.isatty():

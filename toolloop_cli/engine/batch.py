@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterable, Iterator
 import trio
 
 from ..contract.schemas import schema_errors
-from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
+from ..plan.admit import AdmittedCall, AdmittedLane, RejectedLane, project_payload
 from ..receipts import STATUSES, Receipt
 from .call import RunContext, execute_call, not_run_receipt
 
@@ -224,13 +224,26 @@ async def run_lanes(
     skip_seqs: frozenset[int] = frozenset(),
     prior: Iterable[Receipt] = (),
     state: BatchState | None = None,
+    stream: Any = None,
+    on_rejected: Callable[[list], None] | None = None,
 ) -> BatchState:
     """Run lanes: calls serial inside a lane, lanes concurrent up to ``max_concurrency``.
+
+    ``stream`` (a ``plan.admit.LaneStream``) adds lanes read and admitted one at a time after
+    ``lanes`` (``run --stream``); a rejected one gets ``invalid_input`` receipts and its
+    findings go to ``on_rejected``.
 
     ``skip_seqs`` are calls already settled (resume); their receipts come in ``prior`` and are
     emitted in order with the new ones.
     """
-    if isinstance(lanes, list):
+    if stream is not None:
+        lanes = list(lanes)
+        total = plan_calls = sum(len(lane.calls) for lane in lanes)
+        from .call import CHILD_SEQ_BASE_STREAM
+
+        plan_calls = CHILD_SEQ_BASE_STREAM  # the number of calls is not known in advance
+        order = None
+    elif isinstance(lanes, list):
         expected = [c.seq for lane in lanes for c in lane.calls]
         total = len(expected)
         plan_calls = max(expected, default=-1) + 1
@@ -259,8 +272,20 @@ async def run_lanes(
                 yield pos, lane, calls
             pos += len(lane.calls)
 
-    pending = positions()
     window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
+    if stream is None:
+        pending = positions()
+
+        async def take() -> tuple | None:
+            return next(pending, None)
+    else:
+        send, receive = trio.open_memory_channel(max_concurrency)
+
+        async def take() -> tuple | None:
+            try:
+                return await receive.receive()
+            except trio.EndOfChannel:
+                return None
 
     async def worker() -> None:
         # One cancel scope per worker, not per call: halt-now and signals cancel these, and the
@@ -274,7 +299,7 @@ async def run_lanes(
                     while True:
                         if current is None:
                             if taken is None:
-                                taken = next(pending, None)
+                                taken = await take()
                                 if taken is None:
                                     return
                             if taken[0] - window > emitter.emitted and not (state.halted or state.interrupted):
@@ -288,12 +313,63 @@ async def run_lanes(
             if current is not None:
                 current.cancel_current()
 
-    workers = max(1, min(max_concurrency, len(lanes))) if isinstance(lanes, list) else max(1, max_concurrency)
+    workers = (max(1, min(max_concurrency, len(lanes))) if isinstance(lanes, list) and stream is None
+               else max(1, max_concurrency))
+    async def feed() -> None:
+        """Hand lanes to the workers: the plan's first, then each streamed lane as it is read."""
+        pos = 0
+        async with send:
+            for item in positions():
+                await send.send(item)
+            pos = total
+            while not (state.halted or state.interrupted):
+                with trio.CancelScope() as scope:
+                    state.in_flight.add(scope)
+                    try:
+                        lane = await trio.to_thread.run_sync(stream.next_lane, abandon_on_cancel=True)
+                    finally:
+                        state.in_flight.discard(scope)
+                if scope.cancelled_caught or lane is None:
+                    return
+                if isinstance(lane, RejectedLane):
+                    if on_rejected is not None:
+                        on_rejected(lane.problems)
+                    for receipt in rejected_receipts(ctx, lane):
+                        state.total += 1
+                        state.record(receipt)
+                        emitter.done(receipt)
+                    pos += len(lane.calls)
+                    continue
+                state.total += len(lane.calls)
+                if lane.calls:
+                    await send.send((pos, lane, lane.calls))
+                pos += len(lane.calls)
+
     async with trio.open_nursery() as nursery:
+        if stream is not None:
+            nursery.start_soon(feed)
         for _ in range(workers):
             nursery.start_soon(worker)
     emitter.flush()
     return state
+
+
+def rejected_receipts(ctx: RunContext, lane: RejectedLane) -> list[Receipt]:
+    """``invalid_input`` receipts for the calls of a lane refused by ``run --stream``."""
+    message = "; ".join(f"{p.file}:{p.line}: {p.code} {p.message}" for p in lane.problems) or "lane rejected"
+    sub = ctx.contract.subagents
+    subagent = next(iter(sub)) if len(sub) == 1 else None
+    out = []
+    for seq, call_key, tool in lane.calls:
+        out.append(Receipt(
+            run_id=ctx.run_id, seq=seq, completion_seq=ctx.next_completion(), subagent=ctx.subagent or subagent or "",
+            tool=tool, parallel_batch_id=ctx.parallel_batch_id, item_key=lane.item_key, call_key=call_key,
+            parent_receipt_id=None, iteration=None, receipt_id=ctx.new_receipt_id(), status="invalid_input",
+            abandoned=False, attempts=0, cache="off", args_sha256=None, args=None, result=None,
+            error={"kind": "rejected_lane", "message": message}, envelope=None, started_at=None,
+            finished_at=None, duration_ms=0.0,
+        ))
+    return out
 
 
 def _gappy(seqs: list[int]) -> bool:

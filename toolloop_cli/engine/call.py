@@ -27,6 +27,8 @@ DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 MAX_MESSAGE_CHARS = 8192  # an error message longer than this is cut (after redaction)
 #: first seq of dispatched calls when the runner did not say how many calls its plan has
 CHILD_SEQ_FALLBACK = 1_000_000_000
+#: first seq of dispatched calls in a streamed run, whose number of calls is open-ended
+CHILD_SEQ_BASE_STREAM = CHILD_SEQ_FALLBACK
 
 
 class Cache(Protocol):
@@ -41,6 +43,7 @@ class RunContext:
     run_id: str
     contract: Contract
     parallel_batch_id: str | None = None
+    subagent: str | None = None  # the plan's subagent, for receipts of calls that never resolved a tool
     default_timeout_s: float | None = None
     cache: Cache | None = None
     no_cache: bool = False

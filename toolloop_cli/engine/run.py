@@ -37,6 +37,8 @@ class RunOptions:
     # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
     # once per batch rather than once per record)
     flush_output: Callable[[], None] | None = None
+    # findings of a lane refused by ``run --stream`` (its calls get invalid_input receipts)
+    on_rejected: Callable[[list], None] | None = None
     # SIGINT/SIGTERM handling (main thread only): the first signal cancels the run, a second forces
     # an exit with code 130. ``on_signal`` gets a one-line notice for a person; it may be called
     # from a signal handler, so it must not take locks (write with os.write).
@@ -183,6 +185,7 @@ def execute_plan(
         output_cap_bytes=options.output_cap_bytes,
         audit=options.audit,
     )
+    ctx.subagent = plan.subagent.id
     state = _JournaledState(total=plan.total_calls, halt=options.halt)
     with _Signals(state, options) as signals:
         skip: frozenset[int] = frozenset()
@@ -195,6 +198,10 @@ def execute_plan(
 
                 ctx.parallel_batch_id = uuid.uuid4().hex
             journal_plan(store, ctx, plan, options, owner)
+            if plan.stream is not None:
+                from .spool import LaneSpool
+
+                plan.stream.journal = LaneSpool(store, ctx.run_id, page=1, grow_total=True)
         else:
             owner = resume["owner"]
             ctx.parallel_batch_id = resume["parallel_batch_id"]
@@ -247,7 +254,8 @@ def execute_plan(
                     await nursery.start(signals.watch)
                 await run_lanes(ctx, plan.all_lanes() if plan.spool is not None and resume is None else plan.lanes,
                                 plan.max_concurrency if plan.mode == "parallel" else 1, sink,
-                                halt=options.halt, skip_seqs=skip, prior=prior, state=state)
+                                halt=options.halt, skip_seqs=skip, prior=prior, state=state,
+                                stream=plan.stream if resume is None else None, on_rejected=options.on_rejected)
                 nursery.cancel_scope.cancel()
 
         writer_error: BaseException | None = None
@@ -277,6 +285,8 @@ def execute_plan(
         status = summary_status(state.counts, stopped=state.halted, interrupted=interrupted)
         summary = summary_record(ctx.run_id, plan.mode, status, state.counts,
                                  (time.perf_counter() - t0) * 1000, plan.contract.contract_sha256)
+        if plan.stream is not None and resume is None:
+            store.set_total_calls(ctx.run_id, state.total)  # rejected lanes' calls included
         store.finish_run(ctx.run_id, status, state.counts, summary, owner=owner)
         emit(summary)
     return RunResult(summary, state)

@@ -54,10 +54,11 @@ def lane_rows(lanes: list[AdmittedLane]) -> tuple[list[tuple], list[tuple]]:
 class LaneSpool:
     """Admitted lanes of one run, journaled in pages as they arrive."""
 
-    def __init__(self, store: Any, run_id: str, page: int = PAGE_LANES):
+    def __init__(self, store: Any, run_id: str, page: int = PAGE_LANES, grow_total: bool = False):
         self.store = store
         self.run_id = run_id
         self.page = page
+        self.grow_total = grow_total  # the run is already journaled: count the calls into it
         self._buffer: list[AdmittedLane] = []
         self.lanes = 0
         self.calls = 0
@@ -84,7 +85,7 @@ class LaneSpool:
         for row, call in zip(crows, (c for lane in self._buffer for c in lane.calls)):
             if row[5] is None and call.args is not None:
                 self._args[call.seq] = call.args
-        self.store.journal_calls(self.run_id, lrows, crows)
+        self.store.journal_calls(self.run_id, lrows, crows, grow_total=self.grow_total)
         self._buffer.clear()
 
     def discard(self) -> None:

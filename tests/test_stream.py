@@ -1,0 +1,75 @@
+"""`run --lanes - --stream`: each lane admitted just before it starts; rejected lanes reported."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+from conftest import APP, jsonl, write
+
+REG = APP / "registry.yml"
+
+
+def plan(tmp_path):
+    return write(tmp_path / "plan.yml", json.dumps({
+        "version": 1, "registry": str(REG), "subagent": "t", "mode": "parallel", "max_concurrency": 2, "lanes": []}))
+
+
+def line(item_key: str, *calls: dict) -> bytes:
+    return json.dumps({"item_key": item_key, "calls": list(calls)}).encode() + b"\n"
+
+
+def test_lanes_are_admitted_and_run_while_the_input_is_still_open(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "run", str(plan(tmp_path)), "--lanes", "-", "--stream"],
+                            cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        for i in range(3):
+            proc.stdin.write(line(f"k{i}", {"tool": "echo", "args": {"i": i}}))
+            proc.stdin.flush()
+            receipt = json.loads(proc.stdout.readline())  # answered before the next lane is written
+            assert (receipt["seq"], receipt["item_key"], receipt["status"]) == (i, f"k{i}", "ok")
+        proc.stdin.close()
+        rest = [json.loads(x) for x in proc.stdout.read().splitlines()]
+        assert [r["type"] for r in rest] == ["summary"] and rest[0]["counts"]["ok"] == 3
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_rejected_lane_is_reported_and_the_others_run(cli, tmp_path):
+    data = (line("a", {"tool": "echo", "args": {}})
+            + line("b", {"tool": "ecko", "args": {}}, {"call_key": "second", "tool": "echo"})
+            + b"not json\n"
+            + line("a", {"tool": "echo"})
+            + line("c", {"tool": "echo", "args": {"last": True}}))
+    proc = cli("run", str(plan(tmp_path)), "--lanes", "-", "--stream", input=data)
+    assert proc.returncode == 1
+    receipts = jsonl(proc.stdout)[:-1]
+    got = [(r["seq"], r["item_key"], r["call_key"], r["tool"], r["status"]) for r in receipts]
+    assert got == [
+        (0, "a", "0", "echo", "ok"),
+        (1, "b", "0", "ecko", "invalid_input"),
+        (2, "b", "second", "echo", "invalid_input"),
+        (3, "a", "0", "echo", "invalid_input"),
+        (4, "c", "0", "echo", "ok"),
+    ]
+    assert "TL402" in receipts[1]["error"]["message"] and "TL405" in receipts[3]["error"]["message"]
+    err = proc.stderr.decode()
+    assert "-:2:1: error TL402" in err and "-:3:1: error TL414" in err and "-:4:1: error TL405" in err
+    assert "Traceback" not in err
+    # admitted lanes are journaled (rejected ones only through their receipts)
+    con = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
+    assert [r[0] for r in con.execute("SELECT item_key FROM lanes ORDER BY lane")] == ["a", "c"]
+    assert con.execute("SELECT total_calls FROM runs").fetchone()[0] == 5
+    con.close()
+    shown = cli("runs", "show", jsonl(proc.stdout)[-1]["run_id"], "--format", "jsonl")
+    assert shown.stdout == proc.stdout
+
+
+def test_stream_needs_lanes_and_no_dry_run(cli, tmp_path):
+    p = str(plan(tmp_path))
+    assert cli("run", p, "--stream").returncode == 2
+    assert cli("run", p, "--stream", "--lanes", "-", "--dry-run", input=b"").returncode == 2
