@@ -15,7 +15,6 @@ Usage: python bench/bench_batch.py [--small 2000] [--large 12000] [--repeat 3] [
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys

@@ -3,7 +3,6 @@ at-most-once writes, the same contract, one resumer at a time (SPEC 7)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

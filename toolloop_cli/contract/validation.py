@@ -37,7 +37,6 @@ def _element(tp: Any) -> Any:
 
 def _owner(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     """The model whose fields are the keys of the mapping at ``loc``."""
-    import typing
 
     current: Any = model
     for part in loc:

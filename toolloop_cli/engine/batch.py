@@ -10,7 +10,8 @@ from typing import Any, Callable, Iterable, Iterator
 import trio
 
 from ..contract.schemas import schema_errors
-from ..plan.admit import AdmittedCall, AdmittedLane, RejectedLane, project_payload
+from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
+from ..plan.lanes import RejectedLane
 from ..receipts import STATUSES, Receipt
 from .call import RunContext, execute_call, not_run_receipt
 

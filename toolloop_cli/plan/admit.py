@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import IO, Any, Iterable
 
-import orjson
 from pydantic import ValidationError
 
 from .._canonical import sha256_of
@@ -15,7 +14,6 @@ from ..contract.compiled import Contract, SubagentSpec, ToolSpec
 from ..contract.problems import Collector, Problem, did_you_mean
 from ..contract.registry import display_path, load_document, load_registry
 from ..contract.schemas import schema_errors
-from ..contract.source import SourceMap
 from ..contract.validation import report_model_errors
 from ..errors import ConfigError
 from .models import MODE_KEYS, LaneDecl, PlanDecl
@@ -206,135 +204,6 @@ def project_payload(tool: ToolSpec, payload: dict) -> dict:
     return dict(payload)
 
 
-def _read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Problem], spool: Any = None) -> None:
-    # one collector for the whole stream: every finding is placed at the line being read
-    smap = SourceMap(shown)
-    col = Collector(smap, problems)
-    for lineno, raw in enumerate(source, start=1):
-        if not raw.strip():
-            continue
-        smap.values[()] = (lineno, 1)
-        try:  # the fast path: a well-formed lane parses and validates in one step
-            lane = LaneDecl.model_validate_json(raw)
-        except ValidationError:
-            pass
-        else:
-            adm.lane(lane, (), col)
-            if spool is not None:
-                spool.add(adm.lanes.pop())  # journaled now, read back when it runs
-            continue
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
-            continue
-        if not isinstance(data, dict):
-            col.add("TL414", "line is not a lane object", hint='write {"item_key": ..., "calls": [...]}')
-            continue
-        try:
-            lane = LaneDecl.model_validate(data)
-        except ValidationError as exc:
-            report_model_errors(exc, LaneDecl, col, data=data)
-            continue
-        adm.lane(lane, (), col)
-        if spool is not None:
-            spool.add(adm.lanes.pop())
-
-
-@dataclass
-class RejectedLane:
-    """A lane refused by ``run --stream``: its calls get ``invalid_input`` receipts."""
-
-    item_key: str | None
-    calls: list[tuple[int, str, str]]  # (seq, call_key, tool id as written)
-    problems: list[Problem]
-
-
-class LaneStream:
-    """Lanes admitted one at a time, each just before it runs (``run --stream``). Duplicate keys
-    and call limits are checked against everything admitted before it."""
-
-    def __init__(self, adm: "_Admitter", source: IO[bytes], shown: str):
-        self._adm = adm
-        self._source = source
-        self._smap = SourceMap(shown)
-        self._lineno = 0
-        self.journal: Any = None  # a LaneSpool: each admitted lane is journaled before it runs
-
-    @property
-    def calls_so_far(self) -> int:
-        return self._adm.seq
-
-    def next_lane(self) -> AdmittedLane | RejectedLane | None:
-        """The next lane, admitted or rejected; None at the end of the stream. Blocking: call it
-        from a worker thread."""
-        adm = self._adm
-        while True:
-            raw = self._source.readline()
-            if not raw:
-                return None
-            self._lineno += 1
-            if raw.strip():
-                break
-        self._smap.values[()] = (self._lineno, 1)
-        col = Collector(self._smap, [])
-        decl = None
-        data: Any = None
-        try:
-            decl = LaneDecl.model_validate_json(raw)
-        except ValidationError:
-            try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
-            else:
-                if not isinstance(data, dict):
-                    col.add("TL414", "line is not a lane object", hint='write {"item_key": ..., "calls": [...]}')
-                else:
-                    try:
-                        decl = LaneDecl.model_validate(data)
-                    except ValidationError as exc:
-                        report_model_errors(exc, LaneDecl, col, data=data)
-        if decl is not None:
-            seq0 = adm.seq
-            adm.lane(decl, (), col)
-            lane = adm.lanes.pop()
-            sub = adm.sub
-            n = adm.seq
-            if sub.max_calls is not None and n > sub.max_calls:
-                col.add("TL407", f"this lane takes the run to {n} calls; subagent '{sub.id}' allows {sub.max_calls}",
-                        hint="split the input or raise runner_defaults.max_calls")
-            for c in decl.calls:
-                tool = sub.tools.get(c.tool)
-                if tool is not None and tool.max_calls is not None and adm.per_tool.get(c.tool, 0) > tool.max_calls:
-                    col.add("TL408", f"this lane takes '{c.tool}' past its max_calls of {tool.max_calls}",
-                            hint="reduce the calls to this tool or raise its max_calls")
-            if not col.has_errors:
-                if self.journal is not None:
-                    self.journal.add(lane)
-                    self.journal.flush()
-                return lane
-            # a rejected lane still holds its seqs (its receipts say why) but not its lane index
-            # or item key
-            adm.lane_count -= 1
-            for c in decl.calls:
-                adm.per_tool[c.tool] = adm.per_tool.get(c.tool, 1) - 1
-            if adm.item_keys.get(decl.item_key) == lane.index:
-                del adm.item_keys[decl.item_key]
-            return RejectedLane(decl.item_key, [(seq0 + i, c.call_key if c.call_key is not None else str(i), c.tool)
-                                                for i, c in enumerate(decl.calls)], col.problems)
-        # not even a lane: its calls (if any can be read) are reported, others only as findings
-        calls = data.get("calls") if isinstance(data, dict) and isinstance(data.get("calls"), list) else []
-        rows = []
-        for i, c in enumerate(calls):
-            tool = c.get("tool") if isinstance(c, dict) and isinstance(c.get("tool"), str) else "?"
-            key = c.get("call_key") if isinstance(c, dict) and isinstance(c.get("call_key"), str) else str(i)
-            rows.append((adm.seq, key, tool))
-            adm.seq += 1
-        item_key = data.get("item_key") if isinstance(data, dict) and isinstance(data.get("item_key"), str) else None
-        return RejectedLane(item_key, rows, col.problems)
-
-
 def admit_plan(
     path: str | os.PathLike,
     *,
@@ -385,7 +254,7 @@ def admit_plan(
         for i, lane in enumerate(decl.lanes or []):
             adm.lane(lane, ("lanes", i), col)
         if lanes is not None and not stream:
-            _read_lanes(lanes, lanes_name, adm, adm.extra, spool)
+            read_lanes(lanes, lanes_name, adm, adm.extra, spool)
         elif decl.lanes is None:
             col.add("TL202", "a parallel plan needs 'lanes' (or --lanes FILE)", (), "add 'lanes:'", at_key=True)
     else:
@@ -417,3 +286,6 @@ def admit_plan(
         spool=spool if spool is not None and spool.lanes else None,
         stream=LaneStream(adm, lanes, lanes_name) if stream and lanes is not None else None,
     )
+
+
+from .lanes import LaneStream, read_lanes  # noqa: E402 - they build on _Admitter above
