@@ -38,7 +38,7 @@ def resolve(ref: str, app_root: str) -> Resolved:
     if private:
         return Resolved(
             None, "TL305", f"callable '{ref}' reaches a private name '{private[0]}'",
-            "expose a public function (no segment may start with '_')",
+            "expose a public function; no segment of the path may start with '_'",
         )
     ensure_on_path(app_root)
     try:

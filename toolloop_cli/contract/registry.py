@@ -145,6 +145,7 @@ class _Partial:
     left_out_tools: dict[str, set[str]] = field(default_factory=dict)
     unknown_defaults: set[str] = field(default_factory=set)
     skip_evidence: bool = False
+    misspelled: dict[tuple[str, str], set[str]] = field(default_factory=dict)  # (subagent, tool) -> fields
 
 
 def _drop_consequences(col: Collector, refused: list[str]) -> None:
@@ -192,6 +193,16 @@ def _salvage(data: dict, broken: list[tuple], partial: _Partial) -> RegistryDecl
                 subs.pop(sid, None)
                 continue
             tid = loc[3]
+            tool = sub["tools"].get(tid)
+            if (len(loc) == 5 and isinstance(tool, dict) and loc[4] not in ToolDecl.model_fields
+                    and str(tid) not in partial.left_out_tools.get(str(sid), set())):
+                # an unknown key alone: check the rest of the tool without it (a misspelled
+                # required key is then not reported missing as well)
+                sub["tools"][tid] = {k: v for k, v in tool.items() if k != loc[4]}
+                near = did_you_mean(str(loc[4]), ToolDecl.model_fields)
+                if near is not None:
+                    partial.misspelled.setdefault((str(sid), str(tid)), set()).add(near)
+                continue
             sub["tools"].pop(tid, None)
             partial.left_out_tools.setdefault(str(sid), set()).add(str(tid))
         elif key == "runner_defaults":
@@ -244,7 +255,8 @@ def _compile(
         check_timeout = sid not in partial.unknown_defaults
         tools: dict[str, ToolSpec] = {}
         for tid, tdecl in sdecl.tools.items():
-            spec = _compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout)
+            spec = _compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout,
+                                 misspelled=partial.misspelled.get((sid, tid), set()))
             if spec is not None:
                 tools[tid] = spec
         names = set(sdecl.tools)
@@ -287,6 +299,7 @@ def _compile_tool(
     root: str | None,
     col: Collector,
     check_timeout: bool = True,
+    misspelled: set[str] | frozenset[str] = frozenset(),
 ) -> ToolSpec | None:
     at = ("subagents", sid, "tools", tid)
     errors_before = sum(p.level == "error" for p in col.problems)
@@ -297,7 +310,7 @@ def _compile_tool(
     fn = None
     if t.callable is not None:
         for key in ("description", "input_schema", "output_schema"):
-            if getattr(t, key) is None:
+            if getattr(t, key) is None and key not in misspelled:
                 col.add("TL202", f"required key '{key}' is missing for callable tool '{tid}'", at,
                         f"add '{key}:' ({'{}'} means open)" if key != "description" else "add 'description:'", at_key=True)
         if root is not None:
