@@ -967,3 +967,20 @@ def test_an_attribute_lookup_that_raises_is_a_finding(tmp_path):
     text = tool_registry(app=str(tmp_path)).replace("testapp.tools:echo", f"{pkg}.lazy:run")
     _, problems = registry(text)
     found(problems, "TL307", at=pos(text, f"{pkg}.lazy:run"), message=("reading 'run' raised RuntimeError: cannot load run",))
+
+
+@covers("TL313")
+def test_mcp_tools_are_declared_but_not_callable_yet():
+    text = f"""
+    version: 1
+    app_root: {APP}
+    subagents:
+      w:
+        runner_defaults: {{tool_timeout_s: 5}}
+        tools:
+          clock:
+            mcp: {{command: [mcp-server-time], allow: [get_current_time]}}
+    """
+    _, problems = registry(text)
+    found(problems, "TL313", level="warning", at=pos(text, "mcp:"), message=("MCP server", "clock"),
+          hint=("Python callable",))

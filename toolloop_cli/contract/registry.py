@@ -308,6 +308,10 @@ def _compile_tool(
         col.add("TL309", f"tool '{tid}' needs exactly one of 'callable' or 'mcp', found {found}", at,
                 "keep one of the two" if found == "both" else "add 'callable: package.module:function'", at_key=True)
     fn = None
+    if t.mcp is not None and t.callable is None:
+        # the registry format has MCP tools (SPEC 5.8); this version cannot start their servers
+        col.add("TL313", f"tool '{tid}' comes from an MCP server, which this version of toolloop cannot call yet",
+                at + ("mcp",), "wrap the server's tool in a Python callable for now", at_key=True, level="warning")
     if t.callable is not None:
         for key in ("description", "input_schema", "output_schema"):
             if getattr(t, key) is None and key not in misspelled:

@@ -171,9 +171,8 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float |
     with trio.CancelScope(deadline=deadline) as scope:
         try:
             if tool.kind == "mcp":
-                from .mcp import call_mcp_tool
-
-                value = await call_mcp_tool(tool, args)
+                return Outcome("error", error={"kind": "unsupported", "message": (
+                    f"tool '{tool.id}' comes from an MCP server, which this version of toolloop cannot call yet")})
             elif tool.is_async:
                 if tool.runtime == "asyncio":
                     value = await run_on_asyncio(tool.fn, args)
