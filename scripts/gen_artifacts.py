@@ -64,7 +64,7 @@ FIX_HINTS: dict[str, str] = {
     "TL103": "Remove or rename the second occurrence of the key; YAML mappings need unique keys.",
     "TL104": "Reduce the use of anchors and aliases; the expanded document must stay small.",
     "TL105": "Write plain YAML: no `!tags`, plain scalar keys, finite numbers, `<<` merging mappings only.",
-    "TL106": "Make the file's top level a mapping (at least `version: 1`).",
+    "TL106": "Make the file's top level a mapping (at least `version: 1`); pass the registry where a registry is expected and the plan where a plan is (`toolloop validate REGISTRY PLAN`, `toolloop run PLAN`).",
     "TL201": "Remove the key or fix its spelling (see the 'did you mean' hint); mappings are closed.",
     "TL202": "Add the missing key named in the message.",
     "TL203": "Give the value the type and range the message asks for.",

@@ -194,3 +194,17 @@ def test_routed_final_schema_is_checked(tmp_path):
     got = {(x.code, x.hint) for x in exc.value.problems}
     assert ("TL402", "did you mean 'echo'?") in got
     assert {c for c, _ in got} == {"TL402", "TL320", "TL321"}
+
+
+def test_a_registry_given_as_a_plan_and_the_reverse(tmp_path):
+    from toolloop_cli.contract.registry import load_registry
+
+    with pytest.raises(ConfigError) as exc:
+        admit_plan(REG)
+    (p,) = exc.value.problems
+    assert (p.code, p.message) == ("TL106", "this file is a registry, not a plan")
+    plan_path = plan(tmp_path, "subagent: t\nmode: sequential\ncalls: []\n")
+    contract, found = load_registry(plan_path)
+    assert contract is None
+    assert [(x.code, x.message, x.hint) for x in found] == [
+        ("TL106", "this file is a plan, not a registry", "pass the registry first: toolloop validate REGISTRY PLAN")]

@@ -17,7 +17,7 @@ CODES: dict[str, str] = {
     "TL103": "duplicate key",
     "TL104": "document too large after alias expansion (alias bomb)",
     "TL105": "tag or value not allowed in safe YAML",
-    "TL106": "document is empty or not a mapping",
+    "TL106": "document is empty, not a mapping, or the other kind of file (a plan given as a registry, or the reverse)",
     # structure
     "TL201": "unknown key",
     "TL202": "required key missing",

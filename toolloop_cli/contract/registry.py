@@ -117,6 +117,10 @@ def load_registry(
     col = doc.collector
     if doc.data is None:
         return None, _sorted(col.problems)
+    if "subagents" not in doc.data and "mode" in doc.data and "subagent" in doc.data:
+        col.add("TL106", "this file is a plan, not a registry", (),
+                "pass the registry first: toolloop validate REGISTRY PLAN")
+        return None, _sorted(col.problems)
     # a value refused while loading (a language tag, NaN) was replaced by null: leave its part out
     broken: list[tuple] = [i.path for i in doc.issues if i.code == "TL105"]
     try:

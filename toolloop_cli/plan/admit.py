@@ -82,6 +82,10 @@ def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
     col = doc.collector
     if doc.data is None:
         return None, col
+    if "subagents" in doc.data and "mode" not in doc.data:
+        col.add("TL106", "this file is a registry, not a plan", (),
+                "pass a plan (see plans/ for examples); it names its registry with 'registry:'")
+        return None, col
     mode = doc.data.get("mode")
     if mode in MODE_KEYS:
         for other, keys in MODE_KEYS.items():
