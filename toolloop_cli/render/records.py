@@ -52,6 +52,17 @@ def _cell(value: Any, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _plain(value: Any) -> str:
+    """A cell for a person: counts as 'ok 3, error 1', booleans as yes/no, nothing as blank."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
+        return ", ".join(f"{k} {v}" for k, v in value.items())
+    return _cell(value)
+
+
 RECEIPT_COLUMNS = ("seq", "item_key", "call_key", "tool", "status", "attempts", "cache", "duration_ms", "result / error")
 
 
@@ -109,11 +120,15 @@ class TableWriter:
             keys: list[str] = []
             for rec in self.other:
                 keys.extend(k for k in rec if k not in keys and k != "type")
+            # a column with nothing in it (e.g. mcp_name when no tool comes from MCP) is left out
+            keys = [k for k in keys if any(rec.get(k) not in (None, "", {}, []) for rec in self.other)]
             table = Table()
             for k in keys:
-                table.add_column(k, overflow="fold")
+                numeric = all(isinstance(rec.get(k), (int, float)) and not isinstance(rec.get(k), bool)
+                              for rec in self.other if rec.get(k) is not None)
+                table.add_column(k, overflow="fold", justify="right" if numeric else "left")
             for rec in self.other:
-                table.add_row(*[_cell(rec.get(k, "")) if rec.get(k) is not None else "" for k in keys])
+                table.add_row(*[_plain(rec.get(k)) for k in keys])
             self.console.print(table)
         if self.summary is not None:
             s = self.summary
