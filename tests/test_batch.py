@@ -217,3 +217,24 @@ def test_halt_while_workers_wait_for_the_window_skips_the_rest(tmp_path, monkeyp
     assert [r.seq for r in got] == list(range(302))
     assert got[1].status == "error" and got[-1].status == "skipped"
     assert max(times) == pytest.approx(1.0)
+
+
+def test_a_write_start_is_marked_only_once_it_holds_its_source_slot(tmp_path):
+    lanes = [{"item_key": k, "calls": [{"tool": "hold_write", "args": {"key": k, "seconds": 5.0}}]} for k in "ab"]
+    plan = admitted(tmp_path, lanes, mc=2)
+    ctx = RunContext("run-test", plan.contract)
+    marked: list = []
+
+    def before_start(info):
+        marked.append((info[0], trio.current_time()))
+
+    ctx.before_start = before_start
+    got: list = []
+
+    async def main():
+        await run_parallel_batch(ctx, plan.lanes, 2, got.append)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    # the second write waited for the slot: its marker was committed when it got it, not before
+    assert sorted(t for _, t in marked) == [pytest.approx(0.0), pytest.approx(5.0)]
+    assert [r.status for r in got] == ["ok", "ok"]
