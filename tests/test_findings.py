@@ -970,17 +970,28 @@ def test_an_attribute_lookup_that_raises_is_a_finding(tmp_path):
 
 
 @covers("TL313")
-def test_mcp_tools_are_declared_but_not_callable_yet():
+def test_mcp_server_that_cannot_start_or_lacks_an_allowed_tool():
+    import shutil
+
+    server = shutil.which("mcp-server-time") or str(Path(sys.executable).parent / "mcp-server-time")
     text = f"""
     version: 1
-    app_root: {APP}
     subagents:
       w:
         runner_defaults: {{tool_timeout_s: 5}}
         tools:
+          missing:
+            mcp: {{command: [no-such-mcp-server-here], allow: [anything]}}
           clock:
-            mcp: {{command: [mcp-server-time], allow: [get_current_time]}}
+            mcp: {{command: [{server}], allow: [get_current_tim]}}
     """
-    _, problems = registry(text)
-    found(problems, "TL313", level="warning", at=pos(text, "mcp:"), message=("MCP server", "clock"),
-          hint=("Python callable",))
+    path = write("reg.yml", text)
+    plan_path = write("plan.yml", "version: 1\nregistry: reg.yml\nsubagent: w\nmode: sequential\ncalls: []\n")
+    problems = rejected(plan_path)
+    by_tool = {p.path: p for p in problems}
+    assert [p.code for p in problems] == ["TL313", "TL313"]
+    gone = by_tool["subagents.w.tools.missing.mcp"]
+    assert (gone.file, gone.line) == ("reg.yml", pos(text, "missing:")[0]) and "could not be started" in gone.message
+    typo = by_tool["subagents.w.tools.clock.mcp"]
+    assert "offers no tool 'get_current_tim'" in typo.message and "get_current_time" in typo.hint
+    assert path.exists()

@@ -140,11 +140,17 @@ def tools(
         raise typer.Exit(3)
     if subagent is not None and subagent not in contract.subagents:
         fail(f"unknown subagent '{subagent}'", 2, f"subagents: {', '.join(sorted(contract.subagents))}")
+    from ..contract.mcp import resolve_server_tools
+
     out = sys.stdout.buffer
     writer = record_writer(resolve_format(format, sys.stdout), out)
     for sid, sub in contract.subagents.items():
         if subagent is not None and sid != subagent:
             continue
+        # MCP tools: descriptions from their servers (a server that cannot start is a finding)
+        server_problems = resolve_server_tools(sub)
+        if server_problems:
+            print_findings(server_problems)
         for tid, t in sub.tools.items():
             writer.write({
                 "type": "tool", "subagent": sid, "tool": tid, "kind": t.kind, "effect": t.effect,

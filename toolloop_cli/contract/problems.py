@@ -37,7 +37,7 @@ CODES: dict[str, str] = {
     "TL310": "no timeout for a tool",
     "TL311": "isolation: process on an async callable",
     "TL312": "app_root folder does not exist",
-    "TL313": "MCP tool cannot be called by this version",
+    "TL313": "MCP server cannot be started, or does not offer an allowed tool",
     "TL320": "schema is not a valid JSON Schema",
     "TL321": "$ref points outside the document",
     "TL322": "$ref does not resolve inside the document",

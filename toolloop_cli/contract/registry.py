@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import Any, Callable
 
@@ -258,12 +258,13 @@ def _compile(
         rd = sdecl.runner_defaults
         check_timeout = sid not in partial.unknown_defaults
         tools: dict[str, ToolSpec] = {}
+        names: set[str] = set()
         for tid, tdecl in sdecl.tools.items():
             spec = _compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout,
                                  misspelled=partial.misspelled.get((sid, tid), set()))
-            if spec is not None:
-                tools[tid] = spec
-        names = set(sdecl.tools)
+            expanded = _mcp_tools(tid, tdecl, spec)
+            names |= set(expanded) if expanded else {tid}
+            tools.update({k: v for k, v in expanded.items() if v is not None})
         known = names | partial.left_out_tools.get(sid, set())
         for i, name in enumerate(rd.allowed_tools or []):
             if name not in known:
@@ -274,7 +275,7 @@ def _compile(
                 if name not in known:
                     _unknown_tool(col, "TL303", f"tool '{tid}' dispatches to '{name}', which is not a tool of subagent '{sid}'",
                                   name, known, ("subagents", sid, "tools", tid, "dispatch", i))
-        allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sdecl.tools)
+        allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sorted(names))
         subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s)
     if col.has_errors or root is None:
         return None
@@ -286,6 +287,17 @@ def _compile(
         evidence=evidence,
         decl=decl,
     )
+
+
+def _mcp_tools(tid: str, tdecl: ToolDecl, spec: ToolSpec | None) -> dict[str, ToolSpec | None]:
+    """The tools a declaration gives: itself, or for an MCP server whose ``allow`` lists several
+    names, one tool ``<id>.<name>`` each (SPEC 5.8)."""
+    if tdecl.mcp is None or tdecl.callable is not None:
+        return {tid: spec}
+    allow = tdecl.mcp.allow
+    if len(allow) == 1:
+        return {tid: None if spec is None else replace(spec, ref=allow[0])}
+    return {f"{tid}.{name}": None if spec is None else replace(spec, id=f"{tid}.{name}", ref=name) for name in allow}
 
 
 def _unknown_tool(col: Collector, code: str, message: str, name: str, names: set[str], where: tuple) -> None:
@@ -312,10 +324,6 @@ def _compile_tool(
         col.add("TL309", f"tool '{tid}' needs exactly one of 'callable' or 'mcp', found {found}", at,
                 "keep one of the two" if found == "both" else "add 'callable: package.module:function'", at_key=True)
     fn = None
-    if t.mcp is not None and t.callable is None:
-        # the registry format has MCP tools (SPEC 5.8); this version cannot start their servers
-        col.add("TL313", f"tool '{tid}' comes from an MCP server, which this version of toolloop cannot call yet",
-                at + ("mcp",), "wrap the server's tool in a Python callable for now", at_key=True, level="warning")
     if t.callable is not None:
         for key in ("description", "input_schema", "output_schema"):
             if getattr(t, key) is None and key not in misspelled:
@@ -457,6 +465,11 @@ def _compile_tool(
         contract_sha256=sha256_of(t.model_dump(mode="json")),
         mcp=t.mcp,
         runtime=runtime,
+        from_server=frozenset(
+            name for name, value in (("description", t.description), ("input", t.input_schema),
+                                     ("output", t.output_schema))
+            if value is None) if t.mcp is not None else frozenset(),
+        source=(col.smap.file, *col.smap.position(at, at_key=True)),
     )
 
 

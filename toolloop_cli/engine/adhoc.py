@@ -22,6 +22,11 @@ def adhoc_plan(registry: Path, subagent: str, tool: str, args: dict, timeout: fl
         near = did_you_mean(subagent, contract.subagents)
         raise ConfigError([Problem("TL401", f"unknown subagent '{subagent}'", "<command line>",
                                    hint=f"did you mean '{near}'?" if near else "")])
+    from ..contract.mcp import resolve_server_tools
+
+    server_problems = resolve_server_tools(sub)
+    if server_problems:
+        raise ConfigError(server_problems)
     spec = sub.tools.get(tool)
     if spec is None:
         near = did_you_mean(tool, sub.tools)

@@ -346,13 +346,25 @@ async def run_lanes(
                     await send.send((pos, lane, lane.calls))
                 pos += len(lane.calls)
 
+    uses_mcp = any(t.kind == "mcp" for sub in ctx.contract.subagents.values() for t in sub.tools.values())
+    if ctx.mcp is None and uses_mcp:
+        from .mcp import open_mcp_sessions
+
+        async with open_mcp_sessions() as ctx.mcp:
+            await _run_workers(workers, worker, feed if stream is not None else None)
+        ctx.mcp = None
+    else:
+        await _run_workers(workers, worker, feed if stream is not None else None)
+    emitter.flush()
+    return state
+
+
+async def _run_workers(workers: int, worker: Any, feed: Any) -> None:
     async with trio.open_nursery() as nursery:
-        if stream is not None:
+        if feed is not None:
             nursery.start_soon(feed)
         for _ in range(workers):
             nursery.start_soon(worker)
-    emitter.flush()
-    return state
 
 
 def rejected_receipts(ctx: RunContext, lane: RejectedLane) -> list[Receipt]:

@@ -44,6 +44,7 @@ class RunContext:
     contract: Contract
     parallel_batch_id: str | None = None
     subagent: str | None = None  # the plan's subagent, for receipts of calls that never resolved a tool
+    mcp: Any = None  # the run's MCP sessions (engine/mcp.py), opened by run_lanes
     default_timeout_s: float | None = None
     cache: Cache | None = None
     no_cache: bool = False
@@ -171,8 +172,9 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float |
     with trio.CancelScope(deadline=deadline) as scope:
         try:
             if tool.kind == "mcp":
-                return Outcome("error", error={"kind": "unsupported", "message": (
-                    f"tool '{tool.id}' comes from an MCP server, which this version of toolloop cannot call yet")})
+                if ctx.mcp is None:
+                    raise RuntimeError("MCP tools run inside a batch (run_lanes opens their sessions)")
+                value = await ctx.mcp.call(tool, args)
             elif tool.is_async:
                 if tool.runtime == "asyncio":
                     value = await run_on_asyncio(tool.fn, args)

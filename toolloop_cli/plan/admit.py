@@ -242,6 +242,11 @@ def admit_plan(
         col.add("TL401", f"unknown subagent '{decl.subagent}'", ("subagent",),
                 f"did you mean '{near}'?" if near else f"subagents: {', '.join(sorted(contract.subagents))}")
         raise ConfigError(col.problems)
+    from ..contract.mcp import resolve_server_tools
+
+    server_problems = resolve_server_tools(sub)  # MCP tools: descriptions and schemas from their servers
+    if any(p.level == "error" for p in server_problems):
+        raise ConfigError(col.problems + server_problems)
     adm = _Admitter(contract, sub, col)
     if decl.mode == "sequential":
         if decl.calls is None:

@@ -1,0 +1,93 @@
+"""MCP tools (SPEC 5.8) against a real MCP server from PyPI (mcp-server-time), over stdio."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from conftest import jsonl, write
+
+SERVER = shutil.which("mcp-server-time") or str(Path(sys.executable).parent / "mcp-server-time")
+
+
+def registry(tmp_path, extra: str = "") -> Path:
+    return write(tmp_path / "reg.yml", f"""
+        version: 1
+        subagents:
+          w:
+            runner_defaults: {{tool_timeout_s: 20, allowed_tools: [clock.get_current_time, clock.convert_time, now]}}
+            tools:
+              clock:
+                mcp: {{command: [{SERVER}, --local-timezone, UTC], allow: [get_current_time, convert_time]}}
+              now:
+                mcp: {{command: [{SERVER}, --local-timezone, UTC], allow: [get_current_time]}}
+                description: The time now (pinned).
+                {extra}
+    """)
+
+
+def plan(tmp_path, calls: list[dict]) -> Path:
+    registry(tmp_path)
+    return write(tmp_path / "plan.yml", json.dumps(
+        {"version": 1, "registry": "reg.yml", "subagent": "w", "mode": "sequential", "calls": calls}))
+
+
+def test_mcp_tools_run_with_server_schemas_and_errors_become_receipts(cli, tmp_path):
+    p = plan(tmp_path, [
+        {"tool": "clock.get_current_time", "args": {"timezone": "UTC"}},
+        {"tool": "now", "args": {"timezone": "Europe/Paris"}},
+        {"tool": "clock.convert_time", "args": {"source_timezone": "UTC", "time": "12:00",
+                                                "target_timezone": "Asia/Tokyo"}},
+    ])
+    proc = cli("run", str(p))
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    receipts = jsonl(proc.stdout)[:-1]
+    assert [r["status"] for r in receipts] == ["ok", "ok", "ok"]
+    assert receipts[0]["result"]["timezone"] == "UTC" and "datetime" in receipts[0]["result"]
+    assert receipts[1]["result"]["timezone"] == "Europe/Paris"
+    assert receipts[2]["result"]["target"]["timezone"] == "Asia/Tokyo"
+
+
+def test_an_mcp_error_result_is_an_error_receipt_with_the_server_text(cli, tmp_path):
+    p = plan(tmp_path, [{"tool": "now", "args": {"timezone": "Mars/Base"}},
+                        {"tool": "now", "args": {"timezone": "UTC"}}])
+    proc = cli("run", str(p))
+    assert proc.returncode == 1
+    first, second = jsonl(proc.stdout)[:-1]
+    assert first["status"] == "error" and "Mars/Base" in first["error"]["message"]
+    assert second["status"] == "skipped"
+
+
+def test_arguments_are_admitted_against_the_server_input_schema(cli, tmp_path):
+    p = plan(tmp_path, [{"tool": "now", "args": {"timezone": 5}},
+                        {"tool": "clock.get_current_time", "args": {"tz": "UTC"}}])
+    proc = cli("run", str(p))
+    assert proc.returncode == 3, proc.stderr.decode()
+    lines = proc.stderr.decode().splitlines()
+    assert [line.split()[2] for line in lines if " error " in line] == ["TL404", "TL404"]
+    assert proc.stdout == b""
+
+
+def test_tools_lists_expanded_names_and_server_descriptions(cli, tmp_path):
+    registry(tmp_path)
+    proc = cli("tools", "reg.yml", "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr.decode()
+    rows = {r["tool"]: r for r in jsonl(proc.stdout)}
+    assert sorted(rows) == ["clock.convert_time", "clock.get_current_time", "now"]
+    assert rows["now"]["description"] == "The time now (pinned)."
+    assert rows["clock.convert_time"]["mcp_name"] == "convert_time"
+    assert rows["clock.get_current_time"]["description"]  # from the server's tools/list
+
+
+def test_parallel_mcp_calls_keep_input_order(cli, tmp_path):
+    registry(tmp_path)
+    lanes = [{"item_key": f"k{i}", "calls": [{"tool": "now", "args": {"timezone": tz}}]}
+             for i, tz in enumerate(["UTC", "Europe/Paris", "Asia/Tokyo", "America/New_York"] * 3)]
+    p = write(tmp_path / "par.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "w",
+                                                "mode": "parallel", "max_concurrency": 4, "lanes": lanes}))
+    proc = cli("run", str(p))
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    receipts = jsonl(proc.stdout)[:-1]
+    assert [r["result"]["timezone"] for r in receipts] == [lane["calls"][0]["args"]["timezone"] for lane in lanes]
