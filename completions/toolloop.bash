@@ -19,7 +19,7 @@ _toolloop_options()
         "toolloop call") echo "--args --format --help --no-cache --state-dir --timeout -f -h" ;;
         "toolloop lock") echo "--help -h" ;;
         "toolloop resume") echo "--format --help --lanes --retry-failed --retry-interrupted --state-dir -f -h" ;;
-        "toolloop run") echo "--app-root --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
+        "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
         "toolloop runs list") echo "--format --help --state-dir -f -h" ;;
         "toolloop runs show") echo "--format --help --state-dir -f -h" ;;
@@ -42,6 +42,7 @@ _toolloop_option_value()
         "toolloop resume --state-dir") echo "@dir" ;;
         "toolloop resume -f"|"toolloop resume --format") echo "auto table jsonl json" ;;
         "toolloop run --app-root") echo "@dir" ;;
+        "toolloop run --approve") echo "ask all none" ;;
         "toolloop run --audit") echo "@file" ;;
         "toolloop run --halt") echo "@text" ;;
         "toolloop run --lanes") echo "@file" ;;

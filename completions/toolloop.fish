@@ -54,6 +54,7 @@ set -g __toolloop_value_options \
     'toolloop resume --state-dir' \
     'toolloop resume -f' \
     'toolloop run --app-root' \
+    'toolloop run --approve' \
     'toolloop run --audit' \
     'toolloop run --format' \
     'toolloop run --halt' \
@@ -117,6 +118,7 @@ complete -c toolloop -n '__toolloop_using toolloop resume' -s h -l help -d 'Show
 
 # toolloop run
 complete -c toolloop -n '__toolloop_using toolloop run' -l app-root -r -F -d 'Folder put first on sys.path for callables.'
+complete -c toolloop -n '__toolloop_using toolloop run' -l approve -x -a 'ask all none' -d 'Approval gates: ask a person (refused where none can answer), all, or none.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l audit -r -F -d 'Write engine events as JSON Lines to this file.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l dry-run -d 'Admit the plan and show what would run; run nothing.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l halt -x -d 'now,fail=N or soon,fail=P%: stop the batch after failures.'

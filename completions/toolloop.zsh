@@ -75,6 +75,7 @@ _toolloop_resume() {
 _toolloop_run() {
     _arguments \
         '--app-root[Folder put first on sys.path for callables.]:app-root:_files -/' \
+        '--approve[Approval gates\: ask a person (refused where none can answer), all, or none.]:approve:(ask all none)' \
         '--audit[Write engine events as JSON Lines to this file.]:audit:_files' \
         '--dry-run[Admit the plan and show what would run; run nothing.]' \
         '--halt[now,fail=N or soon,fail=P%\: stop the batch after failures.]:halt: ' \

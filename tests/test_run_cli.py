@@ -199,3 +199,21 @@ def test_state_dir_flag_and_environment(cli, tmp_path):
     assert (tmp_path / "flagged" / "state.db").exists()
     assert cli("run", p, env={"TOOLLOOP_STATE_DIR": str(tmp_path / "env")}).returncode == 0
     assert (tmp_path / "env" / "state.db").exists()
+
+
+def test_approval_gates_fail_closed_unless_answered(cli, tmp_path):
+    p = plan_file(tmp_path, {"mode": "parallel", "max_concurrency": 2, "lanes": [
+        {"item_key": "small", "calls": [{"tool": "pay", "args": {"amount": 50}}]},
+        {"item_key": "big", "calls": [{"tool": "pay", "args": {"amount": 500}}, {"tool": "echo", "args": {}}]}]})
+    proc = cli("run", str(p))
+    assert proc.returncode == 1
+    small, big, after = jsonl(proc.stdout)[:-1]
+    assert small["status"] == "ok"
+    assert big["status"] == "denied" and "args.amount > 100" in big["error"]["message"]
+    assert "--approve all" in big["error"]["message"] and big["attempts"] == 0
+    assert after["status"] == "skipped"
+    allowed = cli("run", str(p), "--approve", "all")
+    assert allowed.returncode == 0 and [r["status"] for r in jsonl(allowed.stdout)[:-1]] == ["ok", "ok", "ok"]
+    refused = cli("run", str(p), "--approve", "none")
+    assert [r["status"] for r in jsonl(refused.stdout)[:-1]] == ["ok", "denied", "skipped"]
+    assert "rejected by --approve none" in jsonl(refused.stdout)[1]["error"]["message"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import IO, Any, Optional
 
@@ -21,6 +22,12 @@ def private_stdout() -> IO[bytes]:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     return os.fdopen(fd, "wb", buffering=1 << 16)
+
+
+class Approve(str, Enum):
+    ask = "ask"
+    all = "all"
+    none = "none"
 
 
 class Output:
@@ -78,6 +85,7 @@ def run(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     halt: Optional[str] = typer.Option(None, "--halt", help="now,fail=N or soon,fail=P%: stop the batch after failures."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Default timeout in seconds for tools that set none."),
+    approve: Approve = typer.Option(Approve.ask, "--approve", help="Approval gates: ask a person (refused where none can answer), all, or none."),
     stream: bool = typer.Option(False, "--stream", help="With --lanes: admit each lane just before it starts; a rejected lane gets invalid_input receipts."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Admit the plan and show what would run; run nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
@@ -158,7 +166,7 @@ def run(
             quiet_broken_pipe()
         return
     _execute(admitted, format, policy, timeout, no_cache, refresh_cache, state_dir, audit, max_output_bytes,
-             run_id=run_id, store=store)
+             run_id=run_id, store=store, approve=approve.value)
 
 
 def _open_store(state_dir: Optional[Path]) -> Any:
@@ -172,7 +180,8 @@ def _open_store(state_dir: Optional[Path]) -> Any:
 
 def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[float], no_cache: bool,
              refresh_cache: bool, state_dir: Optional[Path], audit: Optional[Path], max_output_bytes: int,
-             resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None) -> None:
+             resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None,
+             approve: str = "ask") -> None:
     from ..engine.run import RunOptions, execute_plan
 
     def notice(text: str) -> None:
@@ -192,7 +201,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         except OSError as exc:
             fail(f"cannot write --audit {audit}: {exc.strerror}", 2)
         audit_sink = JsonlWriter(audit_file).write
-    options = RunOptions(flush_output=out.flush, on_rejected=print_findings, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
+    options = RunOptions(approve=approve, flush_output=out.flush, on_rejected=print_findings, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice)
     progress = None
     if out.fmt == "table" and sys.stderr.isatty():

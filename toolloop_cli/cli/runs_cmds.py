@@ -70,7 +70,7 @@ def resume(
     store.close()
     _execute(plan, format, halt, opts.get("default_timeout_s"), bool(opts.get("no_cache")),
              bool(opts.get("refresh_cache")), state_dir, None, opts.get("output_cap_bytes") or 16 * 1024 * 1024,
-             resume=settled, run_id=run["run_id"])
+             resume=settled, run_id=run["run_id"], approve=opts.get("approve") or "ask")
 
 
 def _shown_status(store, run: dict) -> str:  # noqa: ANN001 - Store, imported lazily

@@ -182,6 +182,15 @@ class _LaneRun:
                                   f"arguments from the lane payload fail input_schema: {msg}")
                     self.stop_reason = f"call '{call.call_key}' in this lane ended invalid_input"
                     continue
+            if tool.approval is not None and ctx.approve != "all" and tool.approval.matches(args, tool.effect):
+                # fail closed: a gated call never runs unapproved (SPEC 6.4)
+                self.pos += 1
+                why = ("rejected by --approve none" if ctx.approve == "none" else
+                       "waiting for a person is not available in this version; run with --approve all to allow "
+                       "it, or --approve none to refuse it")
+                self._not_run(call, args, "denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {why}")
+                self.stop_reason = f"call '{call.call_key}' in this lane was denied"
+                continue
             self.current_args = args
             receipt, _value, envelope = await execute_call(
                 ctx, tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,

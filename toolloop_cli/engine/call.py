@@ -51,6 +51,7 @@ class RunContext:
     refresh_cache: bool = False
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     audit: Callable[[dict], None] | None = None
+    approve: str = "ask"  # approval gates: ask (a person) | all | none  (run --approve)
     before_start: Callable[[Any], None] | None = None  # journal hook for at-most-once writes
     rng: random.Random = field(default_factory=random.Random)
     limits: ToolLimits = field(default_factory=ToolLimits)

@@ -33,6 +33,7 @@ class RunOptions:
     refresh_cache: bool = False
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     audit: Callable[[dict], None] | None = None
+    approve: str = "ask"  # answer to approval gates: ask | all | none
     on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
     # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
     # once per batch rather than once per record)
@@ -52,6 +53,7 @@ class RunOptions:
             "no_cache": self.no_cache,
             "refresh_cache": self.refresh_cache,
             "output_cap_bytes": self.output_cap_bytes,
+            "approve": self.approve,
         }
 
 
@@ -184,6 +186,7 @@ def execute_plan(
         refresh_cache=options.refresh_cache,
         output_cap_bytes=options.output_cap_bytes,
         audit=options.audit,
+        approve=options.approve,
     )
     ctx.subagent = plan.subagent.id
     state = _JournaledState(total=plan.total_calls, halt=options.halt)
