@@ -6,7 +6,7 @@
 _toolloop_subcommands()
 {
     case "$1" in
-        "toolloop") echo "call lock resume run runs schema tools validate" ;;
+        "toolloop") echo "approve call lock resume run runs schema tools validate" ;;
         "toolloop runs") echo "list show" ;;
     esac
 }
@@ -16,6 +16,7 @@ _toolloop_options()
 {
     case "$1" in
         "toolloop") echo "--help --install-completion --show-completion --version -h" ;;
+        "toolloop approve") echo "--approve --args --help --item --message --reject --state-dir -h" ;;
         "toolloop call") echo "--args --format --help --no-cache --state-dir --timeout -f -h" ;;
         "toolloop lock") echo "--help -h" ;;
         "toolloop resume") echo "--format --help --lanes --retry-failed --retry-interrupted --state-dir -f -h" ;;
@@ -34,6 +35,10 @@ _toolloop_options()
 _toolloop_option_value()
 {
     case "$1 $2" in
+        "toolloop approve --args") echo "@text" ;;
+        "toolloop approve --item") echo "@text" ;;
+        "toolloop approve --message") echo "@text" ;;
+        "toolloop approve --state-dir") echo "@dir" ;;
         "toolloop call --args") echo "@text" ;;
         "toolloop call --state-dir") echo "@dir" ;;
         "toolloop call --timeout") echo "@text" ;;
@@ -67,6 +72,8 @@ _toolloop_option_value()
 _toolloop_argument()
 {
     case "$1 $2" in
+        "toolloop approve 0") echo "@text" ;;
+        "toolloop approve 1") echo "@text" ;;
         "toolloop call 0") echo "@file" ;;
         "toolloop call 1") echo "@text" ;;
         "toolloop call 2") echo "@text" ;;

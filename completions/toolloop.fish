@@ -23,7 +23,7 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token call lock resume run runs schema tools validate
+                if contains -- $token approve call lock resume run runs schema tools validate
                     set path "$path $token"
                     continue
                 end
@@ -44,6 +44,10 @@ end
 
 # Options that take a value, as 'command path option'.
 set -g __toolloop_value_options \
+    'toolloop approve --args' \
+    'toolloop approve --item' \
+    'toolloop approve --message' \
+    'toolloop approve --state-dir' \
     'toolloop call --args' \
     'toolloop call --format' \
     'toolloop call --state-dir' \
@@ -82,6 +86,7 @@ set -g __toolloop_value_options \
 complete -c toolloop -f
 
 # toolloop
+complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval, once; then run \'toolloop resume RUN_ID\'.'
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
 complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write toolloop.lock beside the registry: every tool\'s contract hash.'
 complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an interrupted run; print the full receipt set in order, then the summary.'
@@ -94,6 +99,15 @@ complete -c toolloop -n '__toolloop_using toolloop' -l install-completion -d 'In
 complete -c toolloop -n '__toolloop_using toolloop' -l show-completion -d 'Show completion for the current shell, to copy it or customize the installation.'
 complete -c toolloop -n '__toolloop_using toolloop' -l version -d 'Print the version and exit.'
 complete -c toolloop -n '__toolloop_using toolloop' -s h -l help -d 'Show this message and exit.'
+
+# toolloop approve
+complete -c toolloop -n '__toolloop_using toolloop approve' -l approve -d 'Approve the call.'
+complete -c toolloop -n '__toolloop_using toolloop approve' -l args -x -d 'Approve these arguments instead (a JSON object; checked against the tool\'s input schema).'
+complete -c toolloop -n '__toolloop_using toolloop approve' -l item -x -d 'The lane\'s item_key (parallel plans).'
+complete -c toolloop -n '__toolloop_using toolloop approve' -l message -x -d 'Why; a rejection\'s message goes into the denied receipt.'
+complete -c toolloop -n '__toolloop_using toolloop approve' -l reject -d 'Reject the call: it gets a denied receipt.'
+complete -c toolloop -n '__toolloop_using toolloop approve' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop approve' -s h -l help -d 'Show this message and exit.'
 
 # toolloop call
 complete -c toolloop -n '__toolloop_using toolloop call' -l args -x -d 'Arguments as a JSON object.'
@@ -118,7 +132,7 @@ complete -c toolloop -n '__toolloop_using toolloop resume' -s h -l help -d 'Show
 
 # toolloop run
 complete -c toolloop -n '__toolloop_using toolloop run' -l app-root -r -F -d 'Folder put first on sys.path for callables.'
-complete -c toolloop -n '__toolloop_using toolloop run' -l approve -x -a 'ask all none' -d 'Approval gates: ask a person (refused where none can answer), all, or none.'
+complete -c toolloop -n '__toolloop_using toolloop run' -l approve -x -a 'ask all none' -d 'Approval gates: ask (the run pauses for \'toolloop approve\'), all, or none.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l audit -r -F -d 'Write engine events as JSON Lines to this file.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l dry-run -d 'Admit the plan and show what would run; run nothing.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l halt -x -d 'now,fail=N or soon,fail=P%: stop the batch after failures.'

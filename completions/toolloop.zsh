@@ -7,6 +7,7 @@ _toolloop() {
     typeset -A opt_args
     local -a commands
     commands=(
+        'approve:Answer a call that waits for approval, once; then run '\''toolloop resume RUN_ID'\''.'
         'call:Run one ad-hoc call through every gate and print its receipt.'
         'lock:Write toolloop.lock beside the registry\: every tool'\''s contract hash.'
         'resume:Finish an interrupted run; print the full receipt set in order, then the summary.'
@@ -29,6 +30,7 @@ _toolloop() {
             ;;
         args)
             case $words[1] in
+                approve) _toolloop_approve ;;
                 call) _toolloop_call ;;
                 lock) _toolloop_lock ;;
                 resume) _toolloop_resume ;;
@@ -40,6 +42,19 @@ _toolloop() {
             esac
             ;;
     esac
+}
+
+_toolloop_approve() {
+    _arguments \
+        '--approve[Approve the call.]' \
+        '--args[Approve these arguments instead (a JSON object; checked against the tool'\''s input schema).]:args: ' \
+        '--item[The lane'\''s item_key (parallel plans).]:item: ' \
+        '--message[Why; a rejection'\''s message goes into the denied receipt.]:message: ' \
+        '--reject[Reject the call\: it gets a denied receipt.]' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1:run_id: ' \
+        '2:call_key: '
 }
 
 _toolloop_call() {
@@ -75,7 +90,7 @@ _toolloop_resume() {
 _toolloop_run() {
     _arguments \
         '--app-root[Folder put first on sys.path for callables.]:app-root:_files -/' \
-        '--approve[Approval gates\: ask a person (refused where none can answer), all, or none.]:approve:(ask all none)' \
+        '--approve[Approval gates\: ask (the run pauses for '\''toolloop approve'\''), all, or none.]:approve:(ask all none)' \
         '--audit[Write engine events as JSON Lines to this file.]:audit:_files' \
         '--dry-run[Admit the plan and show what would run; run nothing.]' \
         '--halt[now,fail=N or soon,fail=P%\: stop the batch after failures.]:halt: ' \

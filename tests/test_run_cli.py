@@ -205,15 +205,50 @@ def test_approval_gates_fail_closed_unless_answered(cli, tmp_path):
     p = plan_file(tmp_path, {"mode": "parallel", "max_concurrency": 2, "lanes": [
         {"item_key": "small", "calls": [{"tool": "pay", "args": {"amount": 50}}]},
         {"item_key": "big", "calls": [{"tool": "pay", "args": {"amount": 500}}, {"tool": "echo", "args": {}}]}]})
-    proc = cli("run", str(p))
-    assert proc.returncode == 1
-    small, big, after = jsonl(proc.stdout)[:-1]
-    assert small["status"] == "ok"
-    assert big["status"] == "denied" and "args.amount > 100" in big["error"]["message"]
-    assert "--approve all" in big["error"]["message"] and big["attempts"] == 0
-    assert after["status"] == "skipped"
     allowed = cli("run", str(p), "--approve", "all")
     assert allowed.returncode == 0 and [r["status"] for r in jsonl(allowed.stdout)[:-1]] == ["ok", "ok", "ok"]
     refused = cli("run", str(p), "--approve", "none")
+    assert refused.returncode == 1
     assert [r["status"] for r in jsonl(refused.stdout)[:-1]] == ["ok", "denied", "skipped"]
     assert "rejected by --approve none" in jsonl(refused.stdout)[1]["error"]["message"]
+
+
+def test_a_gated_call_pauses_the_run_until_a_person_answers(cli, tmp_path):
+    p = plan_file(tmp_path, {"mode": "parallel", "max_concurrency": 2, "lanes": [
+        {"item_key": "small", "calls": [{"tool": "pay", "args": {"amount": 50}}]},
+        {"item_key": "big", "calls": [{"tool": "pay", "call_key": "pay", "args": {"amount": 500}},
+                                      {"tool": "echo", "args": {"after": True}}]},
+        {"item_key": "other", "calls": [{"tool": "echo", "args": {}}]}]})
+    first = cli("run", str(p))
+    assert first.returncode == 4, first.stderr.decode()
+    records = jsonl(first.stdout)
+    run_id = records[-1]["run_id"]
+    assert [(r["item_key"], r["status"]) for r in records[:-1]] == [("small", "ok"), ("other", "ok")]
+    assert records[-1]["status"] == "stopped"
+    assert f"toolloop approve {run_id} pay --item big --approve|--reject" in first.stderr.decode()
+    # nothing pending under that key; --args that fail the schema leave the request pending
+    assert cli("approve", run_id, "nope", "--item", "big", "--approve").returncode == 1
+    bad = cli("approve", run_id, "pay", "--item", "big", "--approve", "--args", '{"amount": "lots"}')
+    assert bad.returncode == 1 and b"input schema" in bad.stderr
+    assert cli("resume", run_id).returncode == 4  # still waiting
+    good = cli("approve", run_id, "pay", "--item", "big", "--approve", "--args", '{"amount": 450}')
+    assert good.returncode == 0, good.stderr.decode()
+    assert cli("approve", run_id, "pay", "--item", "big", "--reject").returncode == 1  # answered once
+    done = cli("resume", run_id)
+    assert done.returncode == 0, done.stderr.decode()
+    receipts = jsonl(done.stdout)[:-1]
+    assert [(r["item_key"], r["status"]) for r in receipts] == [
+        ("small", "ok"), ("big", "ok"), ("big", "ok"), ("other", "ok")]
+    assert receipts[1]["args"] == {"amount": 450} and receipts[1]["result"] == {"received": {"amount": 450}}
+
+
+def test_a_rejected_call_gets_a_denied_receipt_with_the_message(cli, tmp_path):
+    p = plan_file(tmp_path, {"mode": "sequential", "calls": [
+        {"tool": "pay", "call_key": "pay", "args": {"amount": 900}}, {"tool": "echo", "args": {}}]})
+    run_id = jsonl(cli("run", str(p)).stdout)[-1]["run_id"]
+    assert cli("approve", run_id, "pay", "--reject", "--message", "too much").returncode == 0
+    done = cli("resume", run_id)
+    assert done.returncode == 1
+    denied, skipped = jsonl(done.stdout)[:-1]
+    assert denied["status"] == "denied" and denied["error"]["message"].endswith("too much")
+    assert skipped["status"] == "skipped"

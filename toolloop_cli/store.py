@@ -359,6 +359,58 @@ class Store:
             self.db.execute("INSERT OR REPLACE INTO starts (run_id, seq, started_at) VALUES (?,?,?)",
                             (run_id, seq, time.time()))
 
+    # --- approvals (SPEC 6.4) -------------------------------------------------------------
+    def request_approval(self, run_id: str, item_key: str | None, call_key: str, args_sha256: str) -> None:
+        """A gated call waits for a person: a pending request (an existing answer is kept)."""
+        with self._lock:
+            self.db.execute(
+                "INSERT OR IGNORE INTO approvals (run_id, item_key, call_key, args_sha256, state) VALUES (?,?,?,?,?)",
+                (run_id, item_key or "", call_key, args_sha256, "pending"))
+
+    def approval(self, run_id: str, item_key: str | None, call_key: str) -> dict | None:
+        with self._lock:
+            cur = self.db.execute("SELECT * FROM approvals WHERE run_id=? AND item_key=? AND call_key=?",
+                                  (run_id, item_key or "", call_key))
+            row = cur.fetchone()
+            if row is None:
+                return None
+            out = _row(cur, row)
+        if out.get("args") is not None:
+            out["args"] = orjson.loads(out["args"])
+        return out
+
+    def answer_approval(self, run_id: str, item_key: str | None, call_key: str, state: str,
+                        args_sha256: str | None = None, args: Any = None, message: str | None = None) -> bool:
+        """Answer a pending request once (compare-and-set); False when none is pending."""
+        with self._lock:
+            cur = self.db.execute(
+                "UPDATE approvals SET state=?, args_sha256=COALESCE(?, args_sha256), args=?, message=?"
+                " WHERE run_id=? AND item_key=? AND call_key=? AND state='pending'",
+                (state, args_sha256, None if args is None else _dumps(args), message, run_id, item_key or "",
+                 call_key))
+            return cur.rowcount == 1
+
+    def use_approval(self, run_id: str, item_key: str | None, call_key: str) -> bool:
+        """An approval is used once: approved -> used (compare-and-set)."""
+        with self._lock:
+            cur = self.db.execute(
+                "UPDATE approvals SET state='used' WHERE run_id=? AND item_key=? AND call_key=? AND state='approved'",
+                (run_id, item_key or "", call_key))
+            return cur.rowcount == 1
+
+    def reopen_approval(self, run_id: str, item_key: str | None, call_key: str, args_sha256: str) -> None:
+        """A used or stale answer no longer holds: the call waits for a person again."""
+        with self._lock:
+            self.db.execute(
+                "UPDATE approvals SET state='pending', args_sha256=?, args=NULL, message=NULL"
+                " WHERE run_id=? AND item_key=? AND call_key=?", (args_sha256, run_id, item_key or "", call_key))
+
+    def pending_approvals(self, run_id: str) -> list[dict]:
+        with self._lock:
+            cur = self.db.execute("SELECT * FROM approvals WHERE run_id=? AND state='pending' ORDER BY item_key, call_key",
+                                  (run_id,))
+            return [_row(cur, r) for r in cur.fetchall()]
+
     def started_seqs(self, run_id: str) -> set[int]:
         with self._lock:
             return {r[0] for r in self.db.execute("SELECT seq FROM starts WHERE run_id=?", (run_id,))}

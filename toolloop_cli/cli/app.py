@@ -44,6 +44,7 @@ app.command()(lint_cmds.lock)
 app.command()(run_cmds.run)
 app.command()(run_cmds.call)
 app.command()(runs_cmds.resume)
+app.command()(runs_cmds.approve)
 app.add_typer(runs_cmds.runs_app, name="runs")
 
 

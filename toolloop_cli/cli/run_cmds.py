@@ -85,7 +85,7 @@ def run(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     halt: Optional[str] = typer.Option(None, "--halt", help="now,fail=N or soon,fail=P%: stop the batch after failures."),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Default timeout in seconds for tools that set none."),
-    approve: Approve = typer.Option(Approve.ask, "--approve", help="Approval gates: ask a person (refused where none can answer), all, or none."),
+    approve: Approve = typer.Option(Approve.ask, "--approve", help="Approval gates: ask (the run pauses for 'toolloop approve'), all, or none."),
     stream: bool = typer.Option(False, "--stream", help="With --lanes: admit each lane just before it starts; a rejected lane gets invalid_input receipts."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Admit the plan and show what would run; run nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
@@ -229,7 +229,11 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     if result.summary["status"] == "interrupted":
         notice(f"interrupted; resume with: toolloop resume {result.summary['run_id']}")
     elif result.summary["status"] == "stopped":
-        notice(f"stopped early; resume with: toolloop resume {result.summary['run_id']}")
+        rid = result.summary["run_id"]
+        for item_key, call_key in result.state.paused:
+            notice(f"call {call_key}{f' (lane {item_key})' if item_key else ''} waits for approval: "
+                   f"toolloop approve {rid} {call_key}{f' --item {item_key}' if item_key else ''} --approve|--reject")
+        notice(f"stopped early; resume with: toolloop resume {rid}")
     raise typer.Exit(result.exit_code)
 
 

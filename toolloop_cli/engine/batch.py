@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import trio
 
+from .._canonical import sha256_of
 from ..contract.schemas import schema_errors
 from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from ..plan.lanes import RejectedLane
@@ -81,13 +82,22 @@ class OrderedEmitter:
             return self.emitted
         return self._order[self.emitted] if self.emitted < len(self._order) else None
 
+    def skip(self, seq: int) -> None:
+        """``seq`` will have no receipt in this run (its lane paused): emission moves past it."""
+        self._settle(seq, None)
+
     def done(self, receipt: Receipt) -> None:
-        self._pending[receipt.seq] = receipt
+        self._settle(receipt.seq, receipt)
+
+    def _settle(self, seq: int, receipt: Receipt | None) -> None:
+        self._pending[seq] = receipt
         nxt = self._next_seq()
         if nxt not in self._pending:
             return
         while nxt is not None and nxt in self._pending:
-            self._sink(self._pending.pop(nxt))
+            ready = self._pending.pop(nxt)
+            if ready is not None:
+                self._sink(ready)
             self.emitted += 1
             nxt = self._next_seq()
         if self._waiters:
@@ -108,7 +118,9 @@ class OrderedEmitter:
     def flush(self) -> None:
         """Emit whatever is left (after an interruption), still in seq order."""
         for seq in sorted(self._pending):
-            self._sink(self._pending.pop(seq))
+            ready = self._pending.pop(seq)
+            if ready is not None:
+                self._sink(ready)
 
 
 @dataclass
@@ -120,6 +132,7 @@ class BatchState:
     halted: bool = False
     interrupted: bool = False
     in_flight: set = field(default_factory=set)
+    paused: list = field(default_factory=list)  # (item_key, call_key) of calls waiting for approval
 
     def record(self, receipt: Receipt) -> None:
         self.counts[receipt.status] += 1
@@ -184,17 +197,36 @@ class _LaneRun:
                     continue
             if tool.approval is not None and ctx.approve != "all" and tool.approval.matches(args, tool.effect):
                 # fail closed: a gated call never runs unapproved (SPEC 6.4)
-                self.pos += 1
-                why = ("rejected by --approve none" if ctx.approve == "none" else
-                       "waiting for a person is not available in this version; run with --approve all to allow "
-                       "it, or --approve none to refuse it")
-                self._not_run(call, args, "denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {why}")
-                self.stop_reason = f"call '{call.call_key}' in this lane was denied"
-                continue
+                verdict, value = "reject", "rejected by --approve none"
+                if ctx.approve != "none":
+                    if ctx.approvals is None:
+                        value = "no person can answer here (run with --approve all or --approve none)"
+                    else:
+                        verdict, value = ctx.approvals.decide(call.item_key, call.call_key, args,
+                                                              call.args_sha256 or sha256_of(args))
+                if verdict == "wait":  # the lane pauses here: no receipts, so resume runs it
+                    for c in self.calls[self.pos:]:
+                        self.emitter.skip(c.seq)
+                    self.pos = len(self.calls)
+                    state.paused.append((call.item_key, call.call_key))
+                    return
+                if verdict == "reject":
+                    self.pos += 1
+                    self._not_run(call, args, "denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}")
+                    self.stop_reason = f"call '{call.call_key}' in this lane was denied"
+                    continue
+                if value is not args:  # arguments edited by the approver: checked again
+                    args = value
+                    if tool.input_validator is not None and not tool.input_validator.is_valid(args):
+                        self.pos += 1
+                        self._not_run(call, args, "invalid_input", "approved arguments fail input_schema: "
+                                      + "; ".join(schema_errors(tool.input_validator, args, limit=3)))
+                        self.stop_reason = f"call '{call.call_key}' in this lane ended invalid_input"
+                        continue
             self.current_args = args
             receipt, _value, envelope = await execute_call(
                 ctx, tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
-                args_sha256=call.args_sha256,
+                args_sha256=call.args_sha256 if args is call.args else None,
             )
             self.pos += 1
             self._settle(receipt)

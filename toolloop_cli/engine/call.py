@@ -52,6 +52,7 @@ class RunContext:
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     audit: Callable[[dict], None] | None = None
     approve: str = "ask"  # approval gates: ask (a person) | all | none  (run --approve)
+    approvals: Any = None  # engine.approvals.Approvals: answers from the journal (approve=ask)
     before_start: Callable[[Any], None] | None = None  # journal hook for at-most-once writes
     rng: random.Random = field(default_factory=random.Random)
     limits: ToolLimits = field(default_factory=ToolLimits)

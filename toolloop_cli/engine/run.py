@@ -189,6 +189,10 @@ def execute_plan(
         approve=options.approve,
     )
     ctx.subagent = plan.subagent.id
+    if options.approve == "ask":
+        from .approvals import Approvals
+
+        ctx.approvals = Approvals(store, ctx.run_id)
     state = _JournaledState(total=plan.total_calls, halt=options.halt)
     with _Signals(state, options) as signals:
         skip: frozenset[int] = frozenset()
@@ -285,7 +289,7 @@ def execute_plan(
                 raise RunError(f"the state database could not be written ({store_error}); run {ctx.run_id} was"
                                " stopped, and every receipt printed is in the journal") from None
             raise writer_error  # type: ignore[misc]
-        status = summary_status(state.counts, stopped=state.halted, interrupted=interrupted)
+        status = summary_status(state.counts, stopped=state.halted or bool(state.paused), interrupted=interrupted)
         summary = summary_record(ctx.run_id, plan.mode, status, state.counts,
                                  (time.perf_counter() - t0) * 1000, plan.contract.contract_sha256)
         if plan.stream is not None and resume is None:

@@ -1,0 +1,36 @@
+"""Approval gates answered by a person through the journal (SPEC 6.4): a gated call without an
+answer pauses its lane and the run (exit 4); ``toolloop approve`` answers it; ``resume`` runs it
+with the approved arguments, once, or gives it a ``denied`` receipt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._canonical import sha256_of
+
+
+class Approvals:
+    """The answers to one run's approval gates, read from and written to the journal."""
+
+    def __init__(self, store: Any, run_id: str):
+        self.store = store
+        self.run_id = run_id
+
+    def decide(self, item_key: str | None, call_key: str, args: Any, args_sha256: str) -> tuple[str, Any]:
+        """``("run", args)``, ``("reject", message)`` or ``("wait", None)``."""
+        row = self.store.approval(self.run_id, item_key, call_key)
+        if row is None:
+            self.store.request_approval(self.run_id, item_key, call_key, args_sha256)
+            return "wait", None
+        state = row["state"]
+        if state == "pending":
+            return "wait", None
+        if state == "rejected":
+            return "reject", row["message"] or "rejected by a person"
+        if state == "approved":
+            approved = row["args"] if row["args"] is not None else args
+            # an approval is bound to the hash of the arguments it approved, and used once
+            if sha256_of(approved) == row["args_sha256"] and self.store.use_approval(self.run_id, item_key, call_key):
+                return "run", approved
+        self.store.reopen_approval(self.run_id, item_key, call_key, args_sha256)
+        return "wait", None
