@@ -209,6 +209,10 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
 
         progress = LiveProgress(err_console(), admitted.total_calls, admitted.mode)
         options.on_receipt = lambda r: progress.advance(r.status)
+    if approve == "ask" and sys.stdin.isatty() and sys.stderr.isatty():
+        from .prompt import TerminalApprover
+
+        options.ask = TerminalApprover(progress)
     try:
         if progress is not None:
             with progress:

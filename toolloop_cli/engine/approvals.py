@@ -34,3 +34,10 @@ class Approvals:
                 return "run", approved
         self.store.reopen_approval(self.run_id, item_key, call_key, args_sha256)
         return "wait", None
+
+    def record(self, item_key: str | None, call_key: str, args_sha256: str, verdict: str, value: Any) -> None:
+        """Journal an answer given at a terminal (used at once: the arguments are not kept)."""
+        if verdict == "run":
+            self.store.answer_approval(self.run_id, item_key, call_key, "used", args_sha256=sha256_of(value))
+        else:
+            self.store.answer_approval(self.run_id, item_key, call_key, "rejected", message=value)

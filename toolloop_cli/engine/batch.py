@@ -202,8 +202,11 @@ class _LaneRun:
                     if ctx.approvals is None:
                         value = "no person can answer here (run with --approve all or --approve none)"
                     else:
-                        verdict, value = ctx.approvals.decide(call.item_key, call.call_key, args,
-                                                              call.args_sha256 or sha256_of(args))
+                        sha = call.args_sha256 or sha256_of(args)
+                        verdict, value = ctx.approvals.decide(call.item_key, call.call_key, args, sha)
+                        if verdict == "wait" and ctx.ask is not None:  # a person at a terminal answers now
+                            verdict, value = await ctx.ask(tool, call.item_key, call.call_key, args)
+                            ctx.approvals.record(call.item_key, call.call_key, sha, verdict, value)
                 if verdict == "wait":  # the lane pauses here: no receipts, so resume runs it
                     for c in self.calls[self.pos:]:
                         self.emitter.skip(c.seq)

@@ -53,6 +53,8 @@ class RunContext:
     audit: Callable[[dict], None] | None = None
     approve: str = "ask"  # approval gates: ask (a person) | all | none  (run --approve)
     approvals: Any = None  # engine.approvals.Approvals: answers from the journal (approve=ask)
+    # a person at a terminal: async (tool, item_key, call_key, args) -> ("run", args) | ("reject", message)
+    ask: Any = None
     before_start: Callable[[Any], None] | None = None  # journal hook for at-most-once writes
     rng: random.Random = field(default_factory=random.Random)
     limits: ToolLimits = field(default_factory=ToolLimits)

@@ -34,6 +34,7 @@ class RunOptions:
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     audit: Callable[[dict], None] | None = None
     approve: str = "ask"  # answer to approval gates: ask | all | none
+    ask: Any = None  # with approve=ask: a person at a terminal (cli/prompt.py); None pauses the run
     on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
     # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
     # once per batch rather than once per record)
@@ -193,6 +194,7 @@ def execute_plan(
         from .approvals import Approvals
 
         ctx.approvals = Approvals(store, ctx.run_id)
+        ctx.ask = options.ask
     state = _JournaledState(total=plan.total_calls, halt=options.halt)
     with _Signals(state, options) as signals:
         skip: frozenset[int] = frozenset()

@@ -1,0 +1,67 @@
+"""Approval prompts on a terminal: a real pseudo-terminal for standard input and error."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+from conftest import APP, jsonl, write
+
+REG = APP / "registry.yml"
+
+
+def run_with_terminal(tmp_path, answers: list[str], *extra: str):
+    plan = write(tmp_path / "plan.yml", json.dumps({
+        "version": 1, "registry": str(REG), "subagent": "t", "mode": "sequential",
+        "calls": [{"tool": "pay", "call_key": "pay", "args": {"amount": 500}}, {"tool": "echo", "args": {}}]}))
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "run", str(plan), "--format", "jsonl", *extra],
+                            cwd=tmp_path, stdin=slave, stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, "NO_COLOR": "1"})
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 60
+    pending = list(answers)
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    break
+                seen += chunk
+                if pending and seen.rstrip().endswith((b"? ", b"?", b":", b": ")):
+                    os.write(master, pending.pop(0).encode() + b"\n")
+        out = proc.stdout.read()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        os.close(master)
+    return proc.returncode, jsonl(out), seen.decode(errors="replace")
+
+
+def test_a_person_approves_at_the_terminal(tmp_path):
+    code, records, screen = run_with_terminal(tmp_path, ["a"])
+    assert code == 0, screen
+    assert "approval needed: tool 'pay' (args.amount > 100)" in screen and '"amount": 500' in screen
+    assert [r["status"] for r in records[:-1]] == ["ok", "ok"]
+
+
+def test_a_person_edits_the_arguments_which_are_checked_again(tmp_path):
+    code, records, screen = run_with_terminal(tmp_path, ["e", '{"amount": "lots"}', "e", '{"amount": 90}'])
+    assert code == 0, screen
+    assert "fail the input schema" in screen
+    assert records[0]["args"] == {"amount": 90} and records[0]["status"] == "ok"
+
+
+def test_a_person_rejects_with_a_message(tmp_path):
+    code, records, screen = run_with_terminal(tmp_path, ["r", "not today"])
+    assert code == 1, screen
+    assert [r["status"] for r in records[:-1]] == ["denied", "skipped"]
+    assert records[0]["error"]["message"].endswith("not today")

@@ -1,0 +1,76 @@
+"""Approval prompts on a terminal (SPEC 6.4): the exact arguments, then approve, edit
+(re-validated against the input schema) or reject with a message. One prompt at a time."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import trio
+
+
+class TerminalApprover:
+    def __init__(self, progress: Any = None):
+        self.progress = progress  # the live view, paused while a person types
+        self._lock = trio.Lock()
+
+    async def __call__(self, tool: Any, item_key: str | None, call_key: str, args: dict) -> tuple[str, Any]:
+        async with self._lock:
+            if self.progress is not None:
+                self.progress.progress.stop()
+            try:
+                return await trio.to_thread.run_sync(self._ask, tool, item_key, call_key, args)
+            finally:
+                if self.progress is not None:
+                    self.progress.progress.start()
+
+    def _ask(self, tool: Any, item_key: str | None, call_key: str, args: dict) -> tuple[str, Any]:
+        where = f"lane {item_key!r}, call {call_key!r}" if item_key is not None else f"call {call_key!r}"
+        self._say(f"\napproval needed: tool '{tool.id}' ({tool.approval_text}), {where}\n"
+                  f"{json.dumps(args, indent=2, ensure_ascii=False)}\n")
+        while True:
+            choice = self._read("[a]pprove, [e]dit, [r]eject? ")
+            if choice is None:
+                return "reject", "no answer: the terminal's input ended"
+            choice = choice.strip().lower()
+            if choice in ("a", "approve"):
+                return "run", args
+            if choice in ("r", "reject"):
+                return "reject", (self._read("message: ") or "").strip() or "rejected by a person"
+            if choice in ("e", "edit"):
+                edited = self._edit(tool)
+                if edited is not None:
+                    return "run", edited
+            else:
+                self._say("answer a, e or r\n")
+
+    def _edit(self, tool: Any) -> dict | None:
+        from ..contract.schemas import schema_errors
+
+        text = (self._read("new arguments (one line of JSON, empty to go back): ") or "").strip()
+        if not text:
+            return None
+        try:
+            edited = json.loads(text)
+        except json.JSONDecodeError as exc:
+            self._say(f"not JSON: {exc}\n")
+            return None
+        if not isinstance(edited, dict):
+            self._say("the arguments must be a JSON object\n")
+            return None
+        if tool.input_validator is not None and not tool.input_validator.is_valid(edited):
+            self._say("they fail the input schema: " + "; ".join(schema_errors(tool.input_validator, edited)) + "\n")
+            return None
+        return edited
+
+    @staticmethod
+    def _say(text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def _read(self, prompt: str) -> str | None:
+        """A line typed at the terminal, or None when its input ended."""
+        self._say(prompt)
+        line = sys.stdin.readline()
+        return line.rstrip("\n") if line else None
