@@ -79,3 +79,14 @@ def version() -> str:
         return _v("toolloop")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+def require_file(path: Any, what: str) -> None:
+    """Exit 2 with a clear message unless ``path`` is a readable file."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        fail(f"{what} is a folder, not a file: {path}", 2)
+    if not path.is_file():
+        fail(f"{what} not found: {path}" if not path.exists() else f"{what} is not a regular file: {path}", 2)

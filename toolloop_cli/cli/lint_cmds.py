@@ -10,16 +10,13 @@ from typing import List, Optional
 
 import typer
 
-from .common import DataFormat, LintFormat, fail, resolve_format, version
+from .common import DataFormat, LintFormat, fail, require_file, resolve_format, version
 
 LOCK_NAME = "toolloop.lock"
 
 
 def _require_file(path: Path, what: str) -> None:
-    if path.is_dir():
-        fail(f"{what} is a folder, not a file: {path}", 2)
-    if not path.is_file():
-        fail(f"{what} not found: {path}", 2)
+    require_file(path, what)
 
 
 def validate(

@@ -10,7 +10,7 @@ from typing import IO, Any, Optional
 
 import typer
 
-from .common import DataFormat, err_console, fail, print_findings, record_writer, resolve_format
+from .common import DataFormat, err_console, fail, print_findings, record_writer, resolve_format, require_file
 
 
 def private_stdout() -> IO[bytes]:
@@ -99,8 +99,7 @@ def run(
     from ..errors import ConfigError
     from ..plan.admit import admit_plan
 
-    if not plan.is_file():
-        fail(f"plan not found: {plan}", 2, "check the path")
+    require_file(plan, "plan")
     if timeout is not None and timeout <= 0:
         fail("--timeout must be above 0", 2)
     policy = None
@@ -256,8 +255,7 @@ def call(
 
     from ..engine.adhoc import adhoc_plan
 
-    if not registry.is_file():
-        fail(f"registry not found: {registry}", 2, "check the path")
+    require_file(registry, "registry")
     try:
         parsed = orjson.loads(args)
     except orjson.JSONDecodeError as exc:
