@@ -38,6 +38,8 @@ def run_with_terminal(tmp_path, answers: list[str], *extra: str):
                 seen += chunk
                 if pending and seen.rstrip().endswith((b"? ", b"?", b":", b": ")):
                     os.write(master, pending.pop(0).encode() + b"\n")
+        if proc.poll() is None:  # past the deadline: end it so the reads below cannot block
+            proc.kill()
         out = proc.stdout.read()
         proc.wait(timeout=30)
     finally:

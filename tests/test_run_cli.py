@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 import sys
 
 import jsonschema
@@ -171,6 +172,8 @@ def test_output_is_readable_while_the_run_is_still_going(tmp_path):
         {"item_key": "slow", "calls": [{"tool": "hold", "args": {"key": "s", "seconds": 3}}]}]})
     proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "run", str(p)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watchdog = threading.Timer(60, proc.kill)  # a blocked read ends (and fails) instead of hanging
+    watchdog.start()
     try:
         first = json.loads(proc.stdout.readline())
         assert first["item_key"] == "quick"
@@ -178,6 +181,7 @@ def test_output_is_readable_while_the_run_is_still_going(tmp_path):
         rest = [json.loads(line) for line in proc.stdout.read().splitlines()]
         assert [r["type"] for r in rest] == ["receipt", "summary"]
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()
 

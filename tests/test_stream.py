@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import threading
 import sys
 
 from conftest import APP, jsonl, write
@@ -24,6 +25,8 @@ def line(item_key: str, *calls: dict) -> bytes:
 def test_lanes_are_admitted_and_run_while_the_input_is_still_open(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "run", str(plan(tmp_path)), "--lanes", "-", "--stream"],
                             cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    watchdog = threading.Timer(60, proc.kill)  # a blocked read ends (and fails) instead of hanging
+    watchdog.start()
     try:
         for i in range(3):
             proc.stdin.write(line(f"k{i}", {"tool": "echo", "args": {"i": i}}))
@@ -35,6 +38,7 @@ def test_lanes_are_admitted_and_run_while_the_input_is_still_open(tmp_path):
         assert [r["type"] for r in rest] == ["summary"] and rest[0]["counts"]["ok"] == 3
         assert proc.wait(timeout=30) == 0
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()
 
