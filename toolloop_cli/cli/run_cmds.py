@@ -34,40 +34,31 @@ class Output:
     """Writes records in the chosen format; tolerates the reader going away."""
 
     def __init__(self, fmt: DataFormat):
-        real = sys.stdout
-        self.fmt = resolve_format(fmt, real)
-        self.is_tty = real.isatty() if hasattr(real, "isatty") else False
+        self.fmt = resolve_format(fmt, sys.stdout)
         self.stream = private_stdout()
         self.writer = record_writer(self.fmt, self.stream)
         if self.fmt == "jsonl":
             self.writer.autoflush = False  # flushed once per batch of committed receipts (flush)
         self.broken = False
 
-    def flush(self) -> None:
+    def _guarded(self, action: Any, *args: Any, reraise: bool = True) -> None:
         if self.broken:
             return
         try:
-            self.writer.flush()
+            action(*args)
         except BrokenPipeError:
-            self.broken = True
-            raise
+            self.broken = True  # nothing more is written once the reader is gone
+            if reraise:
+                raise
 
     def write(self, record: dict) -> None:
-        if self.broken:
-            return
-        try:
-            self.writer.write(record)
-        except BrokenPipeError:
-            self.broken = True
-            raise
+        self._guarded(self.writer.write, record)
+
+    def flush(self) -> None:
+        self._guarded(self.writer.flush)
 
     def close(self) -> None:
-        if self.broken:
-            return
-        try:
-            self.writer.close()
-        except BrokenPipeError:
-            self.broken = True
+        self._guarded(self.writer.close, reraise=False)
 
 
 def quiet_broken_pipe() -> None:

@@ -136,10 +136,12 @@ def _check_args(store, run: dict, item: Optional[str], call_key: str, args: obje
     tool_id = next((tool for _seq, _lane, i, ck, tool, _a, _s in store.calls_of(run["run_id"])
                     if ck == call_key and (i or None) == (item or None)), None)
     contract, _ = load_registry(run["registry_path"])
-    if contract is None or tool_id is None:
+    sub = contract.subagents.get((run["options"] or {}).get("subagent", "")) if contract is not None else None
+    tool = sub.tools.get(tool_id) if sub is not None and tool_id is not None else None
+    if tool is None:
         return "the run's registry or call can no longer be read"
-    tool = contract.subagents[(run["options"] or {}).get("subagent") or next(iter(contract.subagents))].tools.get(tool_id)
-    if tool is None or tool.input_validator is None or tool.input_validator.is_valid(args):
+    # (resume checks approved arguments again before the call runs, whatever the tool's schema source)
+    if tool.input_validator is None or tool.input_validator.is_valid(args):
         return None
     return "; ".join(schema_errors(tool.input_validator, args, limit=3))
 

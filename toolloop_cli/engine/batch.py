@@ -188,25 +188,12 @@ class _LaneRun:
             args = call.args
             if args is None:  # fed from the lane payload, which earlier calls may have extended
                 args = project_payload(tool, self.payload or {})
-                if tool.input_validator is not None and not tool.input_validator.is_valid(args):
-                    msg = "; ".join(schema_errors(tool.input_validator, args, limit=3))
-                    self.pos += 1
-                    self._not_run(call, args, "invalid_input",
-                                  f"arguments from the lane payload fail input_schema: {msg}")
-                    self.stop_reason = f"call '{call.call_key}' in this lane ended invalid_input"
+                problem = _input_problem(tool, args)
+                if problem is not None:
+                    self._refuse(call, args, "invalid_input", f"arguments from the lane payload fail input_schema: {problem}")
                     continue
             if tool.approval is not None and ctx.approve != "all" and tool.approval.matches(args, tool.effect):
-                # fail closed: a gated call never runs unapproved (SPEC 6.4)
-                verdict, value = "reject", "rejected by --approve none"
-                if ctx.approve != "none":
-                    if ctx.approvals is None:
-                        value = "no person can answer here (run with --approve all or --approve none)"
-                    else:
-                        sha = call.args_sha256 or sha256_of(args)
-                        verdict, value = ctx.approvals.decide(call.item_key, call.call_key, args, sha)
-                        if verdict == "wait" and ctx.ask is not None:  # a person at a terminal answers now
-                            verdict, value = await ctx.ask(tool, call.item_key, call.call_key, args)
-                            ctx.approvals.record(call.item_key, call.call_key, sha, verdict, value)
+                verdict, value = await self._ask_approval(call, args)
                 if verdict == "wait":  # the lane pauses here: no receipts, so resume runs it
                     for c in self.calls[self.pos:]:
                         self.emitter.skip(c.seq)
@@ -214,17 +201,13 @@ class _LaneRun:
                     state.paused.append((call.item_key, call.call_key))
                     return
                 if verdict == "reject":
-                    self.pos += 1
-                    self._not_run(call, args, "denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}")
-                    self.stop_reason = f"call '{call.call_key}' in this lane was denied"
+                    self._refuse(call, args, "denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}")
                     continue
                 if value is not args:  # arguments edited by the approver: checked again
                     args = value
-                    if tool.input_validator is not None and not tool.input_validator.is_valid(args):
-                        self.pos += 1
-                        self._not_run(call, args, "invalid_input", "approved arguments fail input_schema: "
-                                      + "; ".join(schema_errors(tool.input_validator, args, limit=3)))
-                        self.stop_reason = f"call '{call.call_key}' in this lane ended invalid_input"
+                    problem = _input_problem(tool, args)
+                    if problem is not None:
+                        self._refuse(call, args, "invalid_input", f"approved arguments fail input_schema: {problem}")
                         continue
             self.current_args = args
             receipt, _value, envelope = await execute_call(
@@ -242,6 +225,26 @@ class _LaneRun:
                 if self.payload is not None and envelope["handoff"]:
                     self.payload.update(envelope["handoff"])
 
+    def _refuse(self, call: AdmittedCall, args: Any, status: str, message: str) -> None:
+        """The call does not run: its receipt says why, and the rest of its lane is skipped."""
+        self.pos += 1
+        self._not_run(call, args, status, message)
+        self.stop_reason = f"call '{call.call_key}' in this lane ended {status}"
+
+    async def _ask_approval(self, call: AdmittedCall, args: Any) -> tuple[str, Any]:
+        """A gated call (SPEC 6.4), failing closed: ("run", args), ("reject", why) or ("wait", None)."""
+        ctx = self.ctx
+        if ctx.approve == "none":
+            return "reject", "rejected by --approve none"
+        if ctx.approvals is None:
+            return "reject", "no person can answer here (run with --approve all or --approve none)"
+        sha = call.args_sha256 or sha256_of(args)
+        verdict, value = ctx.approvals.decide(call.item_key, call.call_key, args, sha)
+        if verdict == "wait" and ctx.ask is not None:  # a person at a terminal answers now
+            verdict, value = await ctx.ask(call.tool, call.item_key, call.call_key, args)
+            ctx.approvals.record(call.item_key, call.call_key, sha, verdict, value)
+        return verdict, value
+
     def cancel_current(self) -> None:
         """The call in flight was cancelled (halt now, or a signal): give it its receipt."""
         if self.pos >= len(self.calls):
@@ -251,6 +254,13 @@ class _LaneRun:
         why = "interrupted by a signal" if self.state.interrupted else f"the batch was halted ({_halt_text(self.state.halt)})"
         self._not_run(call, self.current_args if self.current_args is not None else call.args, "cancelled", why)
         self.stop_reason = f"call '{call.call_key}' in this lane was cancelled"
+
+
+def _input_problem(tool: Any, args: Any) -> str | None:
+    """Why ``args`` fail the tool's input schema, or None when they pass (or there is none)."""
+    if tool.input_validator is None or tool.input_validator.is_valid(args):
+        return None
+    return "; ".join(schema_errors(tool.input_validator, args, limit=3))
 
 
 def _halt_text(h: HaltPolicy | None) -> str:
@@ -283,10 +293,8 @@ async def run_lanes(
     """
     if stream is not None:
         lanes = list(lanes)
-        total = plan_calls = sum(len(lane.calls) for lane in lanes)
-        from .call import CHILD_SEQ_BASE_STREAM
-
-        plan_calls = CHILD_SEQ_BASE_STREAM  # the number of calls is not known in advance
+        total = sum(len(lane.calls) for lane in lanes)
+        plan_calls = None  # open-ended: dispatched calls take seqs far above any plan call
         order = None
     elif isinstance(lanes, list):
         expected = [c.seq for lane in lanes for c in lane.calls]
@@ -414,19 +422,9 @@ async def _run_workers(workers: int, worker: Any, feed: Any) -> None:
 def rejected_receipts(ctx: RunContext, lane: RejectedLane) -> list[Receipt]:
     """``invalid_input`` receipts for the calls of a lane refused by ``run --stream``."""
     message = "; ".join(f"{p.file}:{p.line}: {p.code} {p.message}" for p in lane.problems) or "lane rejected"
-    sub = ctx.contract.subagents
-    subagent = next(iter(sub)) if len(sub) == 1 else None
-    out = []
-    for seq, call_key, tool in lane.calls:
-        out.append(Receipt(
-            run_id=ctx.run_id, seq=seq, completion_seq=ctx.next_completion(), subagent=ctx.subagent or subagent or "",
-            tool=tool, parallel_batch_id=ctx.parallel_batch_id, item_key=lane.item_key, call_key=call_key,
-            parent_receipt_id=None, iteration=None, receipt_id=ctx.new_receipt_id(), status="invalid_input",
-            abandoned=False, attempts=0, cache="off", args_sha256=None, args=None, result=None,
-            error={"kind": "rejected_lane", "message": message}, envelope=None, started_at=None,
-            finished_at=None, duration_ms=0.0,
-        ))
-    return out
+    return [not_run_receipt(ctx, tool, None, seq=seq, item_key=lane.item_key, call_key=call_key,
+                            status="invalid_input", message=message, kind="rejected_lane")
+            for seq, call_key, tool in lane.calls]
 
 
 def _gappy(seqs: list[int]) -> bool:

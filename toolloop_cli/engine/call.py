@@ -27,8 +27,6 @@ DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 MAX_MESSAGE_CHARS = 8192  # an error message longer than this is cut (after redaction)
 #: first seq of dispatched calls when the runner did not say how many calls its plan has
 CHILD_SEQ_FALLBACK = 1_000_000_000
-#: first seq of dispatched calls in a streamed run, whose number of calls is open-ended
-CHILD_SEQ_BASE_STREAM = CHILD_SEQ_FALLBACK
 
 
 class Cache(Protocol):
@@ -488,20 +486,24 @@ async def give_evidence(ctx: RunContext, receipt: Receipt) -> None:
 
 
 def not_run_receipt(
-    ctx: RunContext, tool: ToolSpec, args: Any, *, seq: int, item_key: str | None, call_key: str | None,
+    ctx: RunContext, tool: ToolSpec | str, args: Any, *, seq: int, item_key: str | None, call_key: str | None,
     status: str, message: str | None, args_sha256: str | None = None,
-    parent_receipt_id: str | None = None, iteration: int | None = None,
+    parent_receipt_id: str | None = None, iteration: int | None = None, kind: str | None = None,
 ) -> Receipt:
-    """A receipt for a call that never started (skipped, cancelled before start, denied...)."""
-    red = ctx.redactor(tool)
+    """A receipt for a call that never started (skipped, cancelled before start, denied...).
+    ``tool`` is a tool id as written when the call never resolved to a registered tool."""
+    if isinstance(tool, str):
+        subagent, tool_id, shown = ctx.subagent or "", tool, args
+    else:
+        subagent, tool_id, shown = tool.subagent, tool.id, ctx.redactor(tool).apply(args)
     return Receipt(
-        run_id=ctx.run_id, seq=seq, completion_seq=ctx.next_completion(), subagent=tool.subagent,
-        tool=tool.id, parallel_batch_id=ctx.parallel_batch_id, item_key=item_key, call_key=call_key,
+        run_id=ctx.run_id, seq=seq, completion_seq=ctx.next_completion(), subagent=subagent,
+        tool=tool_id, parallel_batch_id=ctx.parallel_batch_id, item_key=item_key, call_key=call_key,
         parent_receipt_id=parent_receipt_id, iteration=iteration, receipt_id=ctx.new_receipt_id(), status=status,
         abandoned=False, attempts=0, cache="off",
         args_sha256=args_sha256 if args_sha256 is not None else (sha256_of(args) if args is not None else None),
-        args=red.apply(args), result=None,
-        error={"kind": status, "message": message} if message else None, envelope=None,
+        args=shown, result=None,
+        error={"kind": kind or status, "message": message} if message else None, envelope=None,
         started_at=None, finished_at=None, duration_ms=0.0,
     )
 

@@ -20,12 +20,23 @@ from .redact import Redactor
 PAGE_LANES = 256
 
 
+_REDACTORS: dict[tuple[str, ...], Redactor] = {}
+
+
+def _redactor(pointers: tuple[str, ...]) -> Redactor:
+    # one per distinct set of pointers: admitted calls are journaled by the thousand
+    red = _REDACTORS.get(pointers)
+    if red is None:
+        red = _REDACTORS[pointers] = Redactor(pointers)
+    return red
+
+
 def stored_args(call: AdmittedCall) -> str | None:
     """The call's arguments as journaled: JSON, or None when they hold a redacted value (or come
     from the lane payload)."""
     if call.args is None:
         return None
-    red = Redactor(call.tool.redact)
+    red = _redactor(call.tool.redact)
     if red.active and red.secrets(call.args):
         return None  # never journal a redacted value; resume rebuilds it from the plan
     return orjson.dumps(call.args).decode()
@@ -37,7 +48,7 @@ def withheld_payload(lane: AdmittedLane) -> str | None:
     if lane.payload is None:
         return None
     for c in lane.calls:
-        red = Redactor(c.tool.redact)
+        red = _redactor(c.tool.redact)
         if red.active and red.secrets(project_payload(c.tool, lane.payload)):
             return sha256_of(lane.payload)
     return None

@@ -235,7 +235,29 @@ def admit_plan(
     contract, reg_problems = load_registry(reg_path, default_timeout_s=default_timeout_s, app_root=app_root)
     if contract is None:
         raise ConfigError(col.problems + reg_problems)
-    warnings = [p for p in reg_problems if p.level == "warning"]
+    return admit_declaration(
+        decl, col, contract, shown=display_path(path), registry_path=reg_path,
+        warnings=[p for p in reg_problems if p.level == "warning"], max_concurrency=max_concurrency,
+        lanes=lanes, lanes_name=lanes_name, spool=spool, stream=stream,
+    )
+
+
+def admit_declaration(
+    decl: PlanDecl,
+    col: Collector,
+    contract: Contract,
+    *,
+    shown: str,
+    registry_path: str,
+    warnings: list[Problem],
+    max_concurrency: int | None = None,
+    lanes: IO[bytes] | None = None,
+    lanes_name: str = "-",
+    spool: Any = None,
+    stream: bool = False,
+) -> AdmittedPlan:
+    """Admit an already loaded plan declaration against a compiled contract; problems are
+    placed through ``col`` (the plan file's, or the command line's for ``toolloop call``)."""
     sub = contract.subagents.get(decl.subagent)
     if sub is None:
         near = did_you_mean(decl.subagent, contract.subagents)
@@ -282,7 +304,7 @@ def admit_plan(
     if any(p.level == "error" for p in problems):
         raise ConfigError(problems)
     return AdmittedPlan(
-        path=display_path(path),
+        path=shown,
         decl=decl,
         contract=contract,
         subagent=sub,
@@ -290,7 +312,7 @@ def admit_plan(
         lanes=adm.lanes,
         max_concurrency=mc or 1,
         plan_sha256=sha256_of(decl.model_dump(mode="json")),
-        registry_path=reg_path,
+        registry_path=registry_path,
         warnings=warnings,
         spool=spool if spool is not None and spool.lanes else None,
         stream=LaneStream(adm, lanes, lanes_name) if stream and lanes is not None else None,

@@ -285,7 +285,7 @@ def route_sync(target: str, args: dict, catch: bool = False) -> dict:
         return {"refused": str(exc), "receipt": (exc.receipt or {}).get("status")}
 
 
-async def route_trio(target: str, args: dict, catch: bool = False) -> dict:
+async def _route_awaited(target: str, args: dict, catch: bool) -> dict:
     from toolloop_cli import DispatchError, dispatch
 
     try:
@@ -294,18 +294,15 @@ async def route_trio(target: str, args: dict, catch: bool = False) -> dict:
         if not catch:
             raise
         return {"refused": str(exc), "receipt": (exc.receipt or {}).get("status")}
+
+
+async def route_trio(target: str, args: dict, catch: bool = False) -> dict:
+    return await _route_awaited(target, args, catch)
 
 
 async def route_asyncio(target: str, args: dict, catch: bool = False) -> dict:
-    from toolloop_cli import DispatchError, dispatch
-
-    await asyncio.sleep(0)
-    try:
-        return {"child": await dispatch(target, args)}
-    except DispatchError as exc:
-        if not catch:
-            raise
-        return {"refused": str(exc), "receipt": (exc.receipt or {}).get("status")}
+    await asyncio.sleep(0)  # names asyncio: runs on the asyncio loop
+    return await _route_awaited(target, args, catch)
 
 
 async def route_trio_thread(target: str, args: dict) -> dict:
