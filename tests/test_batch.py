@@ -10,8 +10,7 @@ import trio
 import trio.testing
 
 from conftest import APP, write
-from toolloop_cli.engine.batch import HaltPolicy, run_batch, run_lanes, run_parallel_batch
-from toolloop_cli.engine.call import RunContext
+from toolloop_cli.engine import HaltPolicy, RunContext, run_batch, run_lanes, run_parallel_batch
 from toolloop_cli.plan.admit import admit_plan
 from toolloop_cli.record_schema import receipt_schema
 
@@ -195,7 +194,7 @@ def test_resume_style_prior_receipts_are_emitted_in_order(tmp_path):
 
 
 def test_workers_stay_within_a_window_of_the_emission_point(tmp_path, monkeypatch, _reset_counters):
-    import toolloop_cli.engine.batch as batch
+    import toolloop_cli.engine.lanes as batch
 
     monkeypatch.setattr(batch, "LOOKAHEAD_CALLS", 10)
     # lane 0 takes long; with a window of max(10, 64 * 2) calls the others may not run ahead unboundedly
@@ -209,7 +208,7 @@ def test_workers_stay_within_a_window_of_the_emission_point(tmp_path, monkeypatc
 
 
 def test_halt_while_workers_wait_for_the_window_skips_the_rest(tmp_path, monkeypatch):
-    import toolloop_cli.engine.batch as batch
+    import toolloop_cli.engine.lanes as batch
 
     monkeypatch.setattr(batch, "LOOKAHEAD_CALLS", 10)
     lanes = FAILS_AT_1S + [hold_lane(f"l{i}", 0.001) for i in range(300)]
@@ -228,7 +227,7 @@ def test_a_write_start_is_marked_only_once_it_holds_its_source_slot(tmp_path):
     def before_start(info):
         marked.append((info[0], trio.current_time()))
 
-    ctx.before_start = before_start
+    ctx.services.before_start = before_start
     got: list = []
 
     async def main():

@@ -11,8 +11,7 @@ import trio.testing
 
 from conftest import APP, write
 from toolloop_cli.contract.registry import load_registry
-from toolloop_cli.engine.batch import run_lanes
-from toolloop_cli.engine.call import RunContext
+from toolloop_cli.engine import RunContext, run_lanes
 from toolloop_cli.plan.admit import admit_plan
 
 OPEN: dict = {}
@@ -62,9 +61,13 @@ def admitted(tmp_path: Path, tools: dict, **kw):
 def run_plan(plan, *, mc: int | None = None, mock: bool = True, audit: list | None = None, seed: int | None = None,
              **ctx_kw):
     """Run an admitted plan in-process; returns (receipt records in output order, ctx, state)."""
-    ctx = RunContext("run-test", plan.contract, audit=audit.append if audit is not None else None, **ctx_kw)
+    from toolloop_cli.engine import RunServices
+
+    services = RunServices(audit=audit.append if audit is not None else None,
+                           **{k: ctx_kw.pop(k) for k in ("cache", "approvals", "ask") if k in ctx_kw})
+    ctx = RunContext("run-test", plan.contract, services=services, **ctx_kw)
     if seed is not None:
-        ctx.rng.seed(seed)
+        services.rng.seed(seed)
     got: list = []
 
     async def main():

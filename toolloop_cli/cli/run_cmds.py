@@ -86,7 +86,7 @@ def run(
     max_output_bytes: int = typer.Option(16 * 1024 * 1024, "--max-output-bytes", help="Largest result accepted from a call."),
 ) -> None:
     """Run a plan; print one receipt per call, in input order, then a summary."""
-    from ..engine.batch import HaltPolicy
+    from ..engine.runstate import HaltPolicy
     from ..errors import ConfigError
     from ..plan.admit import admit_plan
 
@@ -115,7 +115,7 @@ def run(
     store = spool = run_id = None
     if lanes_stream is not None and not dry_run and not stream:
         # lanes from a stream go to the journal as they are admitted (bounded memory)
-        from ..engine.batch import new_run_id
+        from ..engine.session import new_run_id
         from ..engine.spool import LaneSpool
 
         store = _open_store(state_dir)

@@ -64,7 +64,7 @@ def resume(
         if lanes_stream is not None and lanes_stream is not sys.stdin.buffer:
             lanes_stream.close()
     opts = run["options"] or {}
-    from ..engine.batch import HaltPolicy
+    from ..engine.runstate import HaltPolicy
 
     halt = HaltPolicy(**opts["halt"]) if opts.get("halt") else None
     store.close()

@@ -1,0 +1,47 @@
+"""The engine: run-time gates, executors, one governed call, settlement, run sessions and runners.
+
+What tests, benchmarks and embedding programs use is exported here (loaded on first use, so that
+importing a submodule, such as the process worker's, stays light):
+
+- ``RunContext`` / ``RunServices``: what the calls of one run share;
+- ``run_lanes``, ``run_batch``, ``run_parallel_batch``: the lanes runner, in process;
+- ``execute_call``: one governed call; ``check_call``: the gates before it;
+- ``Settlement``: counting, committing, ordering and emitting records;
+- ``RunSession``, ``execute_plan``, ``RunOptions``: a whole journaled run;
+- ``HaltPolicy``, ``new_run_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_WHERE = {
+    "HaltPolicy": "runstate",
+    "RunState": "runstate",
+    "RunContext": "context",
+    "RunServices": "context",
+    "Settlement": "settle",
+    "check_call": "gates",
+    "execute_call": "call",
+    "run_lanes": "lanes",
+    "run_batch": "lanes",
+    "run_parallel_batch": "lanes",
+    "RunSession": "session",
+    "RunnerEnd": "session",
+    "RunOptions": "session",
+    "new_run_id": "session",
+    "execute_plan": "run",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'toolloop_cli.engine' has no attribute '{name}'")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value
+    return value

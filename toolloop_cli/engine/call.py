@@ -3,141 +3,25 @@ redaction, and its receipt."""
 
 from __future__ import annotations
 
-import os
-import random
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import orjson
 import trio
 
 from .._canonical import canonical_bytes, sha256_of
-from ..contract.compiled import Contract, ToolSpec
+from ..contract.compiled import ToolSpec
 from ..contract.schemas import schema_errors
-from ..errors import DispatchError
 from ..receipts import Receipt, rfc3339
-from .dispatch import CURRENT, CallFrame
-from .limits import ToolLimits
-from .redact import Redactor, Scrubber, scrub
+from .context import RunContext
+from .executors import Executor
+from .executors.thread import HeldSlot
+from .frames import CURRENT, CallFrame
+from .redact import Scrubber, scrub
 from .singleflight import cached_or_lead
-from .workers import HeldSlot, run_in_thread, run_on_asyncio
 
-DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 MAX_MESSAGE_CHARS = 8192  # an error message longer than this is cut (after redaction)
-#: first seq of dispatched calls when the runner did not say how many calls its plan has
-CHILD_SEQ_FALLBACK = 1_000_000_000
-
-
-class Cache(Protocol):
-    def get(self, key: str) -> Any | None: ...
-    def put(self, key: str, tool: str, result: Any) -> None: ...
-
-
-@dataclass
-class RunContext:
-    """What every call of one run shares. Plain state; no printing."""
-
-    run_id: str
-    contract: Contract
-    parallel_batch_id: str | None = None
-    subagent: str | None = None  # the plan's subagent, for receipts of calls that never resolved a tool
-    mcp: Any = None  # the run's MCP sessions (engine/mcp.py), opened by run_lanes
-    default_timeout_s: float | None = None
-    cache: Cache | None = None
-    no_cache: bool = False
-    refresh_cache: bool = False
-    output_cap_bytes: int = DEFAULT_OUTPUT_CAP
-    audit: Callable[[dict], None] | None = None
-    approve: str = "ask"  # approval gates: ask (a person) | all | none  (run --approve)
-    approvals: Any = None  # engine.approvals.Approvals: answers from the journal (approve=ask)
-    # a person at a terminal: async (tool, item_key, call_key, args) -> ("run", args) | ("reject", message)
-    ask: Any = None
-    before_start: Callable[[Any], None] | None = None  # journal hook for at-most-once writes
-    rng: random.Random = field(default_factory=random.Random)
-    limits: ToolLimits = field(default_factory=ToolLimits)
-    #: seq of the first dispatched call: the number of calls in the plan (set by the batch runner)
-    child_seq_base: int | None = None
-    _completion: int = 0
-    _redactors: dict = field(default_factory=dict)
-    # dispatched receipts waiting to be emitted right after their parent's, by the parent's seq
-    _children: dict = field(default_factory=dict)
-    _child_next: int | None = None
-    _counts: dict = field(default_factory=dict)  # calls made per tool with a max_calls
-    # receipt ids: a random prefix per run context (one system call) and a counter
-    _id_prefix: str = field(default_factory=lambda: os.urandom(8).hex())
-    _ids: int = 0
-
-    def new_receipt_id(self) -> str:
-        """A unique receipt id: 16 random hex digits for this context, then a counter."""
-        self._ids += 1
-        return f"{self._id_prefix}{self._ids:016x}"
-    _dispatching: bool = False  # some tool of the contract may dispatch
-
-    def __post_init__(self) -> None:
-        self._dispatching = any(t.dispatch for s in self.contract.subagents.values() for t in s.tools.values())
-
-    def redactor(self, tool: ToolSpec) -> Redactor:
-        key = (tool.subagent, tool.id)
-        r = self._redactors.get(key)
-        if r is None:
-            r = self._redactors[key] = Redactor(tool.redact)
-        return r
-
-    def next_completion(self) -> int:
-        n = self._completion
-        self._completion += 1
-        return n
-
-    def emit_audit(self, event: str, **data: Any) -> None:
-        if self.audit is not None:
-            self.audit({"event": event, "run_id": self.run_id, "at": rfc3339(time.time()), **data})
-
-    # -- dispatched (child) calls ------------------------------------------------------------
-
-    def new_child_seq(self) -> int:
-        """A seq for a dispatched call: after every plan seq, never reused in the run. The count
-        starts at the run's completion counter, which a resume continues, so a resumed run
-        cannot hand out a seq an earlier child already had."""
-        if self._child_next is None:
-            self._child_next = self._completion
-        n = self._child_next
-        self._child_next += 1
-        base = self.child_seq_base if self.child_seq_base is not None else CHILD_SEQ_FALLBACK
-        return base + n
-
-    def add_child(self, parent_seq: int, receipt: Receipt) -> None:
-        self._children.setdefault(parent_seq, []).append(receipt)
-
-    def take_children(self, parent_seq: int) -> list[Receipt]:
-        """The receipts dispatched by the call ``parent_seq`` (and by those, depth first), in the
-        order they finished; each is handed out once."""
-        if not self._children:
-            return []
-        out: list[Receipt] = []
-        for r in self._children.pop(parent_seq, ()):
-            out.append(r)
-            out.extend(self.take_children(r.seq))
-        return out
-
-    def with_children(self, sink: Callable[[Receipt], None], counts: dict[str, int] | None = None,
-                      *, plan_calls: int | None = None) -> Callable[[Receipt], None]:
-        """``sink`` extended to emit each call's dispatched receipts right after its own (counted in
-        ``counts``). ``plan_calls`` sets where dispatched seqs start."""
-        if plan_calls is not None and self.child_seq_base is None:
-            self.child_seq_base = plan_calls
-        if not self._dispatching:
-            return sink
-
-        def emit(receipt: Receipt) -> None:
-            sink(receipt)
-            for child in self.take_children(receipt.seq):
-                if counts is not None:
-                    counts[child.status] = counts.get(child.status, 0) + 1
-                sink(child)
-
-        return emit
-
 
 @dataclass(slots=True)
 class Outcome:
@@ -156,37 +40,18 @@ def _failure(exc: Exception) -> Outcome:
     return Outcome("error", error={"kind": kind, "message": str(exc) or kind})
 
 
-async def _attempt(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float | None,
+async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: dict, timeout: float | None,
                    slot: HeldSlot | None = None) -> Outcome:
-    thread = False
-    value: Any = None
     failed: Outcome | None = None
-    if tool.kind != "mcp" and not tool.is_async and tool.isolation == "process":
-        # the worker is taken (or started) before the deadline runs: the timeout is the call's
-        from .procpool import current_pool
-
-        pool = current_pool()
-        try:
-            worker = await pool.acquire(ctx.contract.app_root)
-        except OSError as exc:
-            return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
+    value: Any = None
+    try:
+        prepared = await executor.prepare(tool)  # before the deadline runs: the timeout is the call's
+    except OSError as exc:
+        return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
     deadline = trio.current_time() + timeout if timeout is not None else float("inf")
     with trio.CancelScope(deadline=deadline) as scope:
         try:
-            if tool.kind == "mcp":
-                if ctx.mcp is None:
-                    raise RuntimeError("MCP tools run inside a batch (run_lanes opens their sessions)")
-                value = await ctx.mcp.call(tool, args)
-            elif tool.is_async:
-                if tool.runtime == "asyncio":
-                    value = await run_on_asyncio(tool.fn, args)
-                else:
-                    value = await tool.fn(**args)  # type: ignore[misc]
-            elif tool.isolation == "process":
-                value = await pool.call(worker, tool.ref, args, ctx.output_cap_bytes)
-            else:
-                thread = True
-                value = await run_in_thread(tool.fn, args, slot)
+            value = await executor.run(tool, args, prepared, slot)
         except Exception as exc:  # noqa: BLE001 - any failure of App code is a receipt, not a crash
             failed = _failure(exc)
     if scope.cancelled_caught or trio.current_time() > deadline:
@@ -194,69 +59,83 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float |
         return Outcome(
             "timeout",
             error={"kind": "timeout", "message": f"no result within {timeout:g}s"},
-            abandoned=thread,
+            abandoned=executor.abandons,
         )
     return failed if failed is not None else Outcome("ok", value)
 
 
-async def _attempt_with_children(ctx: RunContext, tool: ToolSpec, args: dict, timeout: float | None,
-                                 slot: HeldSlot | None, frame: CallFrame) -> Outcome:
+async def _attempt_with_children(ctx: RunContext, tool: ToolSpec, executor: Executor, args: dict,
+                                 timeout: float | None, slot: HeldSlot | None, frame: CallFrame) -> Outcome:
     """An attempt of a thread or asyncio callable that may dispatch: its child calls run in a
     nursery that ends with the attempt."""
     async with trio.open_nursery() as nursery:
         frame.nursery = nursery
         try:
-            outcome = await _attempt(ctx, tool, args, timeout, slot)
+            outcome = await _attempt(ctx, tool, executor, args, timeout, slot)
         finally:
             frame.nursery = None
             nursery.cancel_scope.cancel()
     return outcome
 
 
-async def _run_attempts(ctx: RunContext, tool: ToolSpec, args: dict, meta: dict,
-                        frame: CallFrame | None = None, start_info: tuple | None = None) -> tuple[Outcome, int]:
-    policy = tool.retry
-    timeout = tool.timeout_s if tool.timeout_s is not None else ctx.default_timeout_s
-    key = (tool.subagent, tool.id)
-    threaded = tool.kind != "mcp" and not tool.is_async and tool.isolation != "process"
-    nested = frame is not None and not (tool.is_async and tool.runtime == "trio")
-    attempts = 0
-    async def one_attempt(slot: HeldSlot | None) -> Outcome:
-        # after the source limits: the rate, the at-most-once start marker, then the attempt
-        if tool.per_second is not None:
-            await ctx.limits.rate(key, tool.per_second).acquire()
-        if start_info is not None and attempts == 1:
-            ctx.before_start(start_info)  # type: ignore[misc]  # committed before the callable runs
-        if ctx.audit is not None:
-            ctx.emit_audit("started", **meta, attempt=attempts)
-        if nested:
-            return await _attempt_with_children(ctx, tool, args, timeout, slot, frame)  # type: ignore[arg-type]
-        return await _attempt(ctx, tool, args, timeout, slot)
+class _Attempts:
+    """The tries of one call: source limits, the at-most-once start marker, retries."""
 
-    while True:
-        attempts += 1
-        if tool.max_in_flight is not None:
-            # the slot is taken before the deadline runs (waiting for a source is not the call's
-            # time) and held for the whole attempt; a thread keeps it until it really ends
-            limiter = ctx.limits.in_flight(key, tool.max_in_flight)
-            borrower = object()
-            await limiter.acquire_on_behalf_of(borrower)
-            slot = HeldSlot(limiter, borrower) if threaded else None
-            try:
-                outcome = await one_attempt(slot)
-            finally:
-                if slot is None or not slot.handed_over:
-                    limiter.release_on_behalf_of(borrower)
-        else:
-            outcome = await one_attempt(None)
-        if outcome.status in policy.on and attempts < policy.max_attempts:
-            delay = policy.delay(attempts, ctx.rng.random())
-            if ctx.audit is not None:
-                ctx.emit_audit("retried", **meta, attempt=attempts, status=outcome.status,
-                               retry_in_s=round(delay, 6), error=_scrubbed(ctx, tool, outcome.error, args))
-            await trio.sleep(delay)
-            continue
-        return outcome, attempts
+    __slots__ = ("ctx", "tool", "args", "meta", "frame", "start_info", "executor", "timeout", "count")
+
+    def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, meta: dict, frame: CallFrame | None,
+                 start_info: tuple | None):
+        self.ctx, self.tool, self.args, self.meta = ctx, tool, args, meta
+        self.executor = ctx.services.executors.for_tool(tool)  # type: ignore[union-attr]
+        # children of a trio callable run in its own task; others get a nursery per attempt
+        self.frame = frame if frame is not None and self.executor.name != "trio" else None
+        self.start_info = start_info
+        self.timeout = tool.timeout_s if tool.timeout_s is not None else ctx.config.default_timeout_s
+        self.count = 0
+
+    async def run(self) -> tuple[Outcome, int]:
+        policy = self.tool.retry
+        while True:
+            self.count += 1
+            outcome = await self._limited()
+            if outcome.status in policy.on and self.count < policy.max_attempts:
+                delay = policy.delay(self.count, self.ctx.services.rng.random())
+                if self.ctx.services.audit is not None:
+                    self.ctx.emit_audit("retried", **self.meta, attempt=self.count, status=outcome.status,
+                                        retry_in_s=round(delay, 6),
+                                        error=_scrubbed(self.ctx, self.tool, outcome.error, self.args))
+                await trio.sleep(delay)
+                continue
+            return outcome, self.count
+
+    async def _limited(self) -> Outcome:
+        tool = self.tool
+        if tool.max_in_flight is None:
+            return await self._one(None)
+        # the slot is taken before the deadline runs (waiting for a source is not the call's
+        # time) and held for the whole attempt; a thread keeps it until it really ends
+        limiter = self.ctx.services.limits.in_flight((tool.subagent, tool.id), tool.max_in_flight)
+        borrower = object()
+        await limiter.acquire_on_behalf_of(borrower)
+        slot = HeldSlot(limiter, borrower) if self.executor.abandons else None
+        try:
+            return await self._one(slot)
+        finally:
+            if slot is None or not slot.handed_over:
+                limiter.release_on_behalf_of(borrower)
+
+    async def _one(self, slot: HeldSlot | None) -> Outcome:
+        # after the source limits: the rate, the at-most-once start marker, then the attempt
+        ctx, tool = self.ctx, self.tool
+        if tool.per_second is not None:
+            await ctx.services.limits.rate((tool.subagent, tool.id), tool.per_second).acquire()
+        if self.start_info is not None and self.count == 1:
+            ctx.services.before_start(self.start_info)  # type: ignore[misc]  # committed before the callable runs
+        if ctx.services.audit is not None:
+            ctx.emit_audit("started", **self.meta, attempt=self.count)
+        if self.frame is not None:
+            return await _attempt_with_children(ctx, tool, self.executor, self.args, self.timeout, slot, self.frame)
+        return await _attempt(ctx, tool, self.executor, self.args, self.timeout, slot)
 
 
 def _too_large(value: Any, cap: int) -> int | None:
@@ -277,7 +156,7 @@ def _too_large(value: Any, cap: int) -> int | None:
 
 def _check_output(ctx: RunContext, tool: ToolSpec, outcome: Outcome) -> tuple[Outcome, dict | None]:
     value = outcome.value
-    cap = ctx.output_cap_bytes
+    cap = ctx.config.output_cap_bytes
     size = _too_large(value, cap)
     if size is None:
         try:
@@ -334,27 +213,30 @@ async def execute_call(
     parent_receipt_id: str | None = None,
     iteration: int | None = None,
 ) -> tuple[Receipt, Any, dict | None]:
-    """Run one admitted call. Returns its receipt, the real (unredacted) result and envelope
-    reading, for the engine's own use (lane handoff, dispatch). Never raises for App failures."""
-    if ctx._dispatching:
-        return await _execute_in_frame(ctx, tool, args, seq, item_key, call_key, args_sha256,
-                                       parent_receipt_id, iteration)
-    return await _execute(ctx, tool, args, seq, item_key, call_key, args_sha256, parent_receipt_id,
-                          iteration, ctx.new_receipt_id(), None)
+    """Run one call that passed its gates (``gates.check_call``). Returns its receipt, the real
+    (unredacted) result and envelope reading, for the engine's own use (lane handoff, dispatch).
+    Never raises for App failures."""
+    where = _Where(seq, item_key, call_key, parent_receipt_id, iteration)
+    if ctx.dispatching:
+        return await execute_in_frame(ctx, tool, args, seq=seq, item_key=item_key, call_key=call_key,
+                                      args_sha256=args_sha256, parent_receipt_id=parent_receipt_id,
+                                      iteration=iteration)
+    return await _execute(ctx, tool, args, where, args_sha256, ctx.sequence.new_receipt_id(), None)
 
 
-async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: int, item_key: str | None,
-                            call_key: str | None, args_sha256: str | None, parent_receipt_id: str | None,
-                            iteration: int | None, parent: CallFrame | None = None) -> tuple[Receipt, Any, dict | None]:
-    # the call is visible to dispatch() in its task, threads and asyncio task; a call whose
-    # tool declares no dispatch hides its parent's frame
-    receipt_id = ctx.new_receipt_id()
+async def execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, *, seq: int, item_key: str | None,
+                           call_key: str | None, args_sha256: str | None, parent_receipt_id: str | None,
+                           iteration: int | None, parent: CallFrame | None = None) -> tuple[Receipt, Any, dict | None]:
+    """``execute_call`` for runs where a tool may dispatch: the call is visible to ``dispatch()``
+    in its task, threads and asyncio task; a call whose tool declares no dispatch hides its
+    parent's frame."""
+    receipt_id = ctx.sequence.new_receipt_id()
     frame = (CallFrame(ctx, tool, seq, receipt_id, item_key, iteration, trio.lowlevel.current_trio_token())
              if tool.dispatch else None)
     token = CURRENT.set(frame)
     try:
-        return await _execute(ctx, tool, args, seq, item_key, call_key, args_sha256, parent_receipt_id,
-                              iteration, receipt_id, frame)
+        return await _execute(ctx, tool, args, _Where(seq, item_key, call_key, parent_receipt_id, iteration),
+                              args_sha256, receipt_id, frame)
     finally:
         CURRENT.reset(token)
         if frame is not None:
@@ -363,107 +245,126 @@ async def _execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, seq: in
                 parent.secrets.extend(frame.secrets)
 
 
-async def _execute(
-    ctx: RunContext, tool: ToolSpec, args: dict, seq: int, item_key: str | None, call_key: str | None,
-    args_sha256: str | None, parent_receipt_id: str | None, iteration: int | None, receipt_id: str,
-    frame: CallFrame | None,
-) -> tuple[Receipt, Any, dict | None]:
-    red = ctx.redactor(tool)
+@dataclass(frozen=True, slots=True)
+class _Where:
+    seq: int
+    item_key: str | None
+    call_key: str | None
+    parent_receipt_id: str | None
+    iteration: int | None
+
+
+@dataclass(slots=True)
+class _Ran:
+    """What running (or looking up) a call gave: its outcome and how it was reached."""
+
+    outcome: Outcome
+    envelope: dict | None = None
+    attempts: int = 0
+    cache: str = "off"
+    key: str | None = None  # the cache key, when the tool is cached and the cache is read
+    flight: Any = None  # single-flight slot to release once the result is stored (or not)
+
+
+async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, args_sha256: str | None,
+                   receipt_id: str, frame: CallFrame | None) -> tuple[Receipt, Any, dict | None]:
     args_sha = args_sha256 or sha256_of(args)
     meta: dict = {}
-    if ctx.audit is not None:
-        meta = {"seq": seq, "tool": tool.id, "item_key": item_key, "call_key": call_key, "receipt_id": receipt_id}
-        if parent_receipt_id is not None:
-            meta["parent_receipt_id"] = parent_receipt_id
+    if ctx.services.audit is not None:
+        meta = {"seq": where.seq, "tool": tool.id, "item_key": where.item_key, "call_key": where.call_key,
+                "receipt_id": receipt_id}
+        if where.parent_receipt_id is not None:
+            meta["parent_receipt_id"] = where.parent_receipt_id
+        ctx.emit_audit("admitted", **meta, subagent=tool.subagent, args_sha256=args_sha)
     started = time.time()
     t0 = time.perf_counter()
-    if ctx.audit is not None:
-        ctx.emit_audit("admitted", **meta, subagent=tool.subagent, args_sha256=args_sha)
-    if tool.max_calls is not None:
-        ctx._counts[tool.id] = ctx._counts.get(tool.id, 0) + 1
-    cache_state = "off"
-    key = None
-    outcome: Outcome | None = None
-    envelope = None
-    attempts = 0
-    flight = None
+    ctx.ledger.count(tool)
+    ran = await _cached(ctx, tool, args)
+    if ran.cache != "hit":
+        start_info = (where.seq, tool, args_sha) if ctx.services.before_start is not None else None
+        ran.outcome, ran.attempts = await _Attempts(ctx, tool, args, meta, frame, start_info).run()
+        if ran.outcome.status == "ok":
+            ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
+    value = ran.outcome.value if ran.outcome.status == "ok" else None
+    scrubber = _scrubber(ctx, tool, args, value, frame)
+    _store(ctx, tool, ran, value, scrubber)
+    receipt = Receipt(
+        run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
+        subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
+        item_key=where.item_key, call_key=where.call_key, parent_receipt_id=where.parent_receipt_id,
+        iteration=where.iteration, receipt_id=receipt_id, status=ran.outcome.status,
+        abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=args_sha,
+        **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(started), finished_at=rfc3339(time.time()),
+        duration_ms=round((time.perf_counter() - t0) * 1000, 3),
+    )
+    if ctx.services.audit is not None:
+        ctx.emit_audit("finished", **meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,
+                       error=receipt.error, duration_ms=receipt.duration_ms)
+    if ctx.contract.evidence is not None:
+        await give_evidence(ctx, receipt)
+    return receipt, value, ran.envelope
+
+
+async def _cached(ctx: RunContext, tool: ToolSpec, args: dict) -> _Ran:
+    """A cache hit, or what is needed to run the call and store its result."""
+    ran = _Ran(Outcome("ok"))
+    cache = ctx.services.cache
+    if not tool.cacheable or cache is None or ctx.config.no_cache:
+        return ran
+    ran.key = cache_key(tool, args)
+    ran.cache = "miss"
+    # an identical call already in flight is waited for, not run twice (singleflight.py)
+    hit, ran.flight = await cached_or_lead(cache, ran.key, refresh=ctx.config.refresh_cache)
+    if hit is not None:
+        ran.cache = "hit"
+        ran.outcome = Outcome("ok", hit[0])
+        ran.envelope = tool.envelope.read(hit[0])[0] if tool.envelope is not None else None
+    return ran
+
+
+def _scrubber(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:
+    """The values this call redacts, and those its dispatched calls redacted, are hidden wherever
+    they appear in what is written, not only at their pointers (a result may quote an argument)."""
+    red = ctx.redactor(tool)
+    if not (red.active or (frame is not None and frame.secrets)):
+        return None
+    secrets = red.secrets(args) + red.secrets(value) if red.active else []
+    if frame is not None:
+        secrets += frame.secrets
+    return Scrubber(secrets) if secrets else None
+
+
+def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scrubber | None) -> None:
+    """Store a fresh ok result in the cache, unless it holds a redacted value (the cache is in the
+    state file), and let identical calls waiting on it go."""
     stored = False
-    if tool.cacheable and ctx.cache is not None and not ctx.no_cache:
-        key = cache_key(tool, args)
-        cache_state = "miss"
-        # an identical call already in flight is waited for, not run twice (singleflight.py)
-        hit, flight = await cached_or_lead(ctx.cache, key, refresh=ctx.refresh_cache)
-        if hit is not None:
-            cache_state = "hit"
-            outcome = Outcome("ok", hit[0])
-            envelope = tool.envelope.read(hit[0])[0] if tool.envelope is not None else None
-    ran = outcome is None
-    if outcome is None:
-        start_info = (seq, tool, args_sha) if ctx.before_start is not None else None
-        outcome, attempts = await _run_attempts(ctx, tool, args, meta, frame, start_info)
-        if outcome.status == "ok":
-            outcome, envelope = _check_output(ctx, tool, outcome)
-    value = outcome.value if outcome.status == "ok" else None
-    # The values this call redacts, and those its dispatched calls redacted, are hidden wherever
-    # they appear in what is written, not only at their pointers (a result may quote an argument).
-    scrubber = None
-    if red.active or (frame is not None and frame.secrets):
-        secrets = red.secrets(args) + red.secrets(value) if red.active else []
-        if frame is not None:
-            secrets += frame.secrets
-        scrubber = Scrubber(secrets) if secrets else None
-    if ran and key is not None and outcome.status == "ok":
-        # a result holding a redacted value is never stored: the cache is in the state file
+    if ran.key is not None and ran.cache == "miss" and ran.outcome.status == "ok":
+        red = ctx.redactor(tool)
         if not (red.active and red.secrets(value)) and (scrubber is None or scrubber.deep(value) == value):
-            ctx.cache.put(key, tool.id, value)  # type: ignore[union-attr]
+            ctx.services.cache.put(ran.key, tool.id, value)  # type: ignore[union-attr]
             stored = True
-    if flight is not None:
-        flight.release(stored=stored)
-    error = outcome.error
+    if ran.flight is not None:
+        ran.flight.release(stored=stored)
+
+
+def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran, scrubber: Scrubber | None) -> dict:
+    """The receipt's ``args``, ``result``, ``error`` and ``envelope``, redacted."""
+    red = ctx.redactor(tool)
+    error = ran.outcome.error
     if error is not None:
         message = scrubber.text(error["message"]) if scrubber is not None else error["message"]
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS] + f"… ({len(message)} characters)"
         if message is not error["message"]:
             error = {"kind": error["kind"], "message": message}
+    envelope = ran.envelope
     shown_args = red.apply(args)
-    shown_result = red.apply(value) if outcome.status == "ok" else None
+    shown_result = red.apply(value) if ran.outcome.status == "ok" else None
     shown_envelope = red.apply_envelope(envelope) if envelope is not None and red.active else envelope
     if scrubber is not None:
         shown_args, shown_result = scrubber.deep(shown_args), scrubber.deep(shown_result)
         shown_envelope = scrubber.deep(shown_envelope)
-    finished = time.time()
-    receipt = Receipt(
-        run_id=ctx.run_id,
-        seq=seq,
-        completion_seq=ctx.next_completion(),
-        subagent=tool.subagent,
-        tool=tool.id,
-        parallel_batch_id=ctx.parallel_batch_id,
-        item_key=item_key,
-        call_key=call_key,
-        parent_receipt_id=parent_receipt_id,
-        iteration=iteration,
-        receipt_id=receipt_id,
-        status=outcome.status,
-        abandoned=outcome.abandoned,
-        attempts=attempts,
-        cache=cache_state,
-        args_sha256=args_sha,
-        args=shown_args,
-        result=shown_result,
-        error=error,
-        envelope=shown_envelope,
-        started_at=rfc3339(started),
-        finished_at=rfc3339(finished),
-        duration_ms=round((time.perf_counter() - t0) * 1000, 3),
-    )
-    if ctx.audit is not None:
-        ctx.emit_audit("finished", **meta, status=receipt.status, attempts=attempts, cache=cache_state,
-                       error=error, duration_ms=receipt.duration_ms)
-    if ctx.contract.evidence is not None:
-        await give_evidence(ctx, receipt)
-    return receipt, value, envelope
+    return {"args": shown_args, "result": shown_result, "error": error, "envelope": shown_envelope}
 
 
 async def give_evidence(ctx: RunContext, receipt: Receipt) -> None:
@@ -493,67 +394,17 @@ def not_run_receipt(
     """A receipt for a call that never started (skipped, cancelled before start, denied...).
     ``tool`` is a tool id as written when the call never resolved to a registered tool."""
     if isinstance(tool, str):
-        subagent, tool_id, shown = ctx.subagent or "", tool, args
+        subagent, tool_id, shown = ctx.config.subagent or "", tool, args
     else:
         subagent, tool_id, shown = tool.subagent, tool.id, ctx.redactor(tool).apply(args)
     return Receipt(
-        run_id=ctx.run_id, seq=seq, completion_seq=ctx.next_completion(), subagent=subagent,
-        tool=tool_id, parallel_batch_id=ctx.parallel_batch_id, item_key=item_key, call_key=call_key,
-        parent_receipt_id=parent_receipt_id, iteration=iteration, receipt_id=ctx.new_receipt_id(), status=status,
+        run_id=ctx.config.run_id, seq=seq, completion_seq=ctx.sequence.next_completion(), subagent=subagent,
+        tool=tool_id, parallel_batch_id=ctx.config.parallel_batch_id, item_key=item_key, call_key=call_key,
+        parent_receipt_id=parent_receipt_id, iteration=iteration, receipt_id=ctx.sequence.new_receipt_id(),
+        status=status,
         abandoned=False, attempts=0, cache="off",
         args_sha256=args_sha256 if args_sha256 is not None else (sha256_of(args) if args is not None else None),
         args=shown, result=None,
         error={"kind": kind or status, "message": message} if message else None, envelope=None,
         started_at=None, finished_at=None, duration_ms=0.0,
     )
-
-
-async def execute_child(frame: CallFrame, tool: ToolSpec, args: Any) -> Any:
-    """A dispatched call (SPEC 5.6): its own receipt (with ``parent_receipt_id``) through every
-    gate of an ordinary call. Returns the result; raises DispatchError unless it is ``ok``."""
-    ctx = frame.ctx
-    if not isinstance(args, dict):
-        raise DispatchError(f"dispatch to '{tool.id}' refused: arguments must be an object, not {type(args).__name__}")
-    try:
-        args = orjson.loads(orjson.dumps(args))  # JSON only, and a copy the caller cannot change
-    except (TypeError, orjson.JSONDecodeError) as exc:
-        raise DispatchError(f"dispatch to '{tool.id}' refused: arguments are not JSON ({exc})") from None
-    seq = ctx.new_child_seq()
-    where = {"seq": seq, "item_key": frame.item_key, "call_key": None,
-             "parent_receipt_id": frame.receipt_id, "iteration": frame.iteration}
-    refusal: tuple[str, str] | None = None
-    if tool.input_validator is not None and not tool.input_validator.is_valid(args):
-        msgs = schema_errors(tool.input_validator, args, limit=3)
-        refusal = ("invalid_input", "dispatched arguments fail input_schema: " + "; ".join(msgs))
-    elif tool.max_calls is not None and ctx._counts.get(tool.id, 0) >= tool.max_calls:
-        refusal = ("budget_exceeded", f"tool '{tool.id}' has made its max_calls ({tool.max_calls}) in this run")
-    elif tool.approval is not None and tool.approval.matches(args, tool.effect):
-        refusal = ("denied", f"tool '{tool.id}' needs approval here ({tool.approval_text}); "
-                             "a dispatched call cannot wait for it")
-    if refusal is not None:
-        receipt = not_run_receipt(ctx, tool, args, status=refusal[0], message=refusal[1], **where)
-        ctx.add_child(frame.seq, receipt)
-        if ctx.contract.evidence is not None:
-            await give_evidence(ctx, receipt)
-        raise DispatchError(f"dispatch to '{tool.id}' ended {refusal[0]}: {refusal[1]}", receipt.as_record())
-    settled = False
-    try:
-        receipt, value, _envelope = await _execute_in_frame(
-            ctx, tool, args, seq, frame.item_key, None, sha256_of(args), frame.receipt_id, frame.iteration, frame)
-        settled = True
-    finally:
-        if not settled:  # cancelled with its parent: it still gets a receipt
-            ctx.add_child(frame.seq, not_run_receipt(
-                ctx, tool, args, status="cancelled", message="the dispatching call ended before this call finished",
-                **where))
-    ctx.add_child(frame.seq, receipt)
-    red = ctx.redactor(tool)
-    if red.active:
-        frame.secrets.extend(red.secrets(args) + red.secrets(value))
-    if receipt.status != "ok":
-        err = receipt.error or {}
-        raise DispatchError(
-            f"dispatch to '{tool.id}' ended {receipt.status}: {err.get('message', receipt.status)}",
-            receipt.as_record(),
-        )
-    return value

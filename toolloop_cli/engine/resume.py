@@ -24,7 +24,8 @@ from ..errors import ConfigError, RunError, UsageError
 from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
 from ..receipts import FAILED_STATUSES, Receipt
 from ..store import Store, holder_pid, lease_token
-from .call import RunContext, not_run_receipt
+from .call import not_run_receipt
+from .context import RunContext
 
 _KEEP_STATUSES = frozenset({"denied", "duplicate", "budget_exceeded"})
 _IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
@@ -143,8 +144,8 @@ def prepare_resume(
     )
     receipts = {r["seq"]: r for r in store.receipts_of(run_id)}
     started = store.started_seqs(run_id)
-    ctx = RunContext(run_id=run_id, contract=contract, parallel_batch_id=run["parallel_batch_id"])
-    ctx._completion = 1 + max((r["completion_seq"] for r in receipts.values()), default=-1)
+    ctx = RunContext(run_id, contract, parallel_batch_id=run["parallel_batch_id"])
+    ctx.sequence.continue_from(1 + max((r["completion_seq"] for r in receipts.values()), default=-1))
     settled: list[Receipt] = []
     journaled: list[int] = []  # kept exactly as the journal holds them
 
@@ -211,7 +212,7 @@ def prepare_resume(
         "prior": settled,
         "journaled": journaled,
         "children": children,
-        "completion_start": ctx._completion,
+        "completion_start": ctx.sequence.completed,
     }
 
 

@@ -1,4 +1,4 @@
-"""MCP sessions for a run: one per server, started on first use, closed when the run ends."""
+"""MCP tools: one session per server for a run, started on first use, closed when the run ends."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, AsyncIterator
 
 import trio
 
-from ..contract.compiled import ToolSpec
-from ..contract.mcp import server_key, server_params
+from ...contract.compiled import ToolSpec
+from ...contract.mcp import server_key, server_params
 
 
 class McpError(Exception):
@@ -66,10 +66,26 @@ class McpSessions:
 
 @asynccontextmanager
 async def open_mcp_sessions() -> AsyncIterator[McpSessions]:
-    """Sessions for the length of a batch; servers are stopped when it ends."""
+    """Sessions for the length of a run; servers are stopped when it ends."""
     async with trio.open_nursery() as nursery:
         sessions = McpSessions(nursery)
         try:
             yield sessions
         finally:
             sessions.close()
+
+
+class McpExecutor:
+    """A tool of an MCP server, called over the run's session with that server."""
+
+    name = "mcp"
+    abandons = False
+
+    def __init__(self, sessions: McpSessions):
+        self.sessions = sessions
+
+    async def prepare(self, tool: ToolSpec) -> None:
+        return None
+
+    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
+        return await self.sessions.call(tool, args)

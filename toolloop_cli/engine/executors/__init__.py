@@ -1,0 +1,109 @@
+"""Where a call runs: one small protocol, one module per place.
+
+| executor | module | runs | at the timeout |
+|---|---|---|---|
+| ``trio`` | ``trio_loop.py`` | async callables written for trio, on the engine's loop | cancelled |
+| ``asyncio`` | ``asyncio_loop.py`` | asyncio coroutines, on a shared asyncio loop thread | task cancelled |
+| ``thread`` | ``thread.py`` | sync callables, in worker threads (the default) | abandoned |
+| ``process`` | ``process.py`` | sync callables with ``isolation: process`` | worker killed |
+| ``mcp`` | ``mcp.py`` | tools of MCP servers, over one session per server | request cancelled |
+
+The choice is made once per tool (``Executors.for_tool``). What an executor needs for a run (MCP
+sessions; the process pool lives with the trio run) is opened by ``Executors.opened()`` and closed
+when the run ends. Every executor returns the callable's value or raises its failure; the deadline
+is the caller's cancel scope (``engine/call.py``).
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Protocol
+
+from ...contract.compiled import Contract, ToolSpec
+
+
+class Executor(Protocol):
+    name: str
+    #: a call cancelled at its timeout is left running (its receipt says ``abandoned: true``)
+    abandons: bool
+
+    async def prepare(self, tool: ToolSpec) -> Any:
+        """What the call needs before its deadline starts (a worker process); may raise OSError."""
+
+    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
+        """``fn(**args)`` where this executor runs it: its value, or its failure raised."""
+
+
+def kind_of(tool: ToolSpec) -> str:
+    """The executor a tool's calls run on."""
+    if tool.kind == "mcp":
+        return "mcp"
+    if tool.is_async:
+        return "asyncio" if tool.runtime == "asyncio" else "trio"
+    return "process" if tool.isolation == "process" else "thread"
+
+
+class Executors:
+    """The executors of one run, chosen once per tool, and what they need open while it runs."""
+
+    def __init__(self, contract: Contract, output_cap_bytes: int):
+        self.contract = contract
+        self.output_cap_bytes = output_cap_bytes
+        self._by_tool: dict[tuple[str, str], Executor] = {}
+        self._shared: dict[str, Executor] = {}
+        self._mcp: Any = None  # the run's MCP sessions, while opened
+        self._uses_mcp = any(t.kind == "mcp" for s in contract.subagents.values() for t in s.tools.values())
+
+    def for_tool(self, tool: ToolSpec) -> Executor:
+        key = (tool.subagent, tool.id)
+        ex = self._by_tool.get(key)
+        if ex is None:
+            ex = self._by_tool[key] = self._make(kind_of(tool))
+        return ex
+
+    def _make(self, kind: str) -> Executor:
+        ex = self._shared.get(kind)
+        if ex is not None:
+            return ex
+        if kind == "trio":
+            from .trio_loop import TrioExecutor
+
+            ex = TrioExecutor()
+        elif kind == "asyncio":
+            from .asyncio_loop import AsyncioExecutor
+
+            ex = AsyncioExecutor()
+        elif kind == "thread":
+            from .thread import ThreadExecutor
+
+            ex = ThreadExecutor()
+        elif kind == "process":
+            from .process import ProcessExecutor
+
+            ex = ProcessExecutor(self.contract.app_root, self.output_cap_bytes)
+        else:
+            if self._mcp is None:
+                raise RuntimeError("MCP tools run inside an opened run (Executors.opened)")
+            from .mcp import McpExecutor
+
+            ex = McpExecutor(self._mcp)
+        self._shared[kind] = ex
+        return ex
+
+    @asynccontextmanager
+    async def opened(self) -> AsyncIterator[Executors]:
+        """Open what the run's executors need (MCP sessions, when the contract has MCP tools)
+        and close it when the block ends. Opening again while open is a no-op."""
+        if self._mcp is not None or not self._uses_mcp:
+            yield self
+            return
+        from .mcp import open_mcp_sessions
+
+        async with open_mcp_sessions() as sessions:
+            self._mcp = sessions
+            try:
+                yield self
+            finally:
+                self._mcp = None
+                self._shared.pop("mcp", None)
+                self._by_tool = {k: v for k, v in self._by_tool.items() if v.name != "mcp"}

@@ -1,0 +1,93 @@
+"""Coroutines written for asyncio: one asyncio event loop on a daemon thread, shared by every
+asyncio callable of the process; cancelling the call cancels its asyncio task."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, TypeVar
+
+import trio
+
+from ...contract.compiled import ToolSpec
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def asyncio_tool(fn: F) -> F:
+    """Mark an async callable as written for asyncio: it runs on the shared asyncio loop thread
+    instead of the engine's trio loop (see docs/calls.md for the automatic detection)."""
+    fn.__toolloop_runtime__ = "asyncio"  # type: ignore[attr-defined]
+    return fn
+
+
+class _AsyncioLoop:
+    """One asyncio event loop on a daemon thread, shared by every asyncio callable."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="toolloop-asyncio", daemon=True)
+        self.thread.start()
+
+
+_asyncio: _AsyncioLoop | None = None
+_asyncio_lock = threading.Lock()
+
+
+def asyncio_loop() -> Any:
+    global _asyncio
+    with _asyncio_lock:
+        if _asyncio is None:
+            _asyncio = _AsyncioLoop()
+    return _asyncio.loop
+
+
+async def _captured(fn: Any, args: dict) -> tuple[bool, Any]:
+    # the task itself never fails, so asyncio never logs an unretrieved exception (which would
+    # print a traceback that may quote an argument)
+    try:
+        return True, await fn(**args)
+    except Exception as exc:  # noqa: BLE001 - handed back to the engine as the call's failure
+        return False, exc
+
+
+async def run_on_asyncio(fn: Any, args: dict) -> Any:
+    """Await ``fn(**args)`` on the asyncio loop thread; cancellation cancels the asyncio task.
+    The task runs in a copy of the caller's context (call_soon_threadsafe copies it)."""
+    import asyncio
+
+    loop = asyncio_loop()
+    fut = asyncio.run_coroutine_threadsafe(_captured(fn, args), loop)
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+
+    def wake(_f: Any) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass
+
+    fut.add_done_callback(wake)
+    try:
+        await done.wait()
+    finally:
+        if not fut.done():
+            fut.cancel()  # cancels the asyncio task: a real stop, unlike a thread
+    ok, value = fut.result()
+    if not ok:
+        raise value
+    return value
+
+
+class AsyncioExecutor:
+    """An asyncio coroutine on the shared asyncio loop thread."""
+
+    name = "asyncio"
+    abandons = False
+
+    async def prepare(self, tool: ToolSpec) -> None:
+        return None
+
+    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
+        return await run_on_asyncio(tool.fn, args)

@@ -1,0 +1,116 @@
+"""Run-time gates: the one check every call passes right before it starts, whatever path it
+comes from (a lane, ``dispatch()``, the routed loop, a child plan).
+
+``check_call`` answers:
+
+- ``Go(args)``: run the call with these arguments (an approver may have edited them);
+- ``Refuse(status, message, args)``: the call does not run; its receipt says why;
+- ``WAIT``: a person must answer an approval request first (the run pauses; resume asks again).
+
+In order: the input schema (for arguments not checked at admission: projected from a lane payload,
+dispatched, built by a model, or edited by an approver), the tool's ``max_calls`` for calls that
+admission did not count, then the approval gate (``--approve all | none | ask``: a journaled
+answer, or a person at a terminal through the ``ask`` service). Approval fails closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._canonical import sha256_of
+from ..contract.schemas import schema_errors
+
+if TYPE_CHECKING:
+    from ..contract.compiled import ToolSpec
+    from .context import RunContext
+
+
+@dataclass(frozen=True, slots=True)
+class Go:
+    args: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    status: str
+    message: str
+    args: Any  # the arguments the receipt shows
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    pass
+
+
+WAIT = Wait()
+
+#: where a call's arguments came from, and how a schema failure reads for each (None: checked at admission)
+SOURCES = {
+    "admitted": None,
+    "payload": "arguments from the lane payload fail input_schema",
+    "dispatch": "dispatched arguments fail input_schema",
+    "model": "arguments fail input_schema",
+}
+#: calls that admission did not count against their tool's max_calls
+_COUNTED_HERE = frozenset({"dispatch", "model"})
+
+
+def input_problem(tool: ToolSpec, args: Any) -> str | None:
+    """Why ``args`` fail the tool's input schema, or None when they pass (or there is none)."""
+    if tool.input_validator is None or tool.input_validator.is_valid(args):
+        return None
+    return "; ".join(schema_errors(tool.input_validator, args, limit=3))
+
+
+async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str, item_key: str | None,
+                     call_key: str | None, args_sha256: str | None = None) -> Go | Refuse | Wait:
+    """The gates of one call, right before it starts (see the module's docstring).
+
+    ``source`` is a key of ``SOURCES``. A dispatched call cannot wait for a person: a gated one is
+    refused. ``args_sha256`` is the admitted arguments' hash, when known.
+    """
+    lead = SOURCES[source]
+    if lead is not None:
+        problem = input_problem(tool, args)
+        if problem is not None:
+            return Refuse("invalid_input", f"{lead}: {problem}", args)
+    if source in _COUNTED_HERE and tool.max_calls is not None and ctx.ledger.made(tool.id) >= tool.max_calls:
+        return Refuse("budget_exceeded", f"tool '{tool.id}' has made its max_calls ({tool.max_calls}) in this run",
+                      args)
+    if tool.approval is None:
+        return Go(args)
+    if source == "dispatch":
+        if tool.approval.matches(args, tool.effect):
+            return Refuse("denied", f"tool '{tool.id}' needs approval here ({tool.approval_text}); "
+                                    "a dispatched call cannot wait for it", args)
+        return Go(args)
+    if ctx.config.approve == "all" or not tool.approval.matches(args, tool.effect):
+        return Go(args)
+    verdict, value = await _answer(ctx, tool, args, item_key, call_key, args_sha256)
+    if verdict == "wait":
+        return WAIT
+    if verdict == "reject":
+        return Refuse("denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}", args)
+    if value is not args:  # arguments edited by the approver: checked again
+        problem = input_problem(tool, value)
+        if problem is not None:
+            return Refuse("invalid_input", f"approved arguments fail input_schema: {problem}", value)
+    return Go(value)
+
+
+async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | None, call_key: str | None,
+                  args_sha256: str | None) -> tuple[str, Any]:
+    """A gated call's answer, failing closed: ("run", args), ("reject", why) or ("wait", None)."""
+    if ctx.config.approve == "none":
+        return "reject", "rejected by --approve none"
+    approvals = ctx.services.approvals
+    if approvals is None:
+        return "reject", "no person can answer here (run with --approve all or --approve none)"
+    sha = args_sha256 or sha256_of(args)
+    verdict, value = approvals.decide(item_key, call_key, args, sha)
+    ask = ctx.services.ask
+    if verdict == "wait" and ask is not None:  # a person at a terminal answers now
+        verdict, value = await ask(tool, item_key, call_key, args)
+        approvals.record(item_key, call_key, sha, verdict, value)
+    return verdict, value

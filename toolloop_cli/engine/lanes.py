@@ -1,0 +1,314 @@
+"""The sequential and parallel runner: lanes under a trio nursery, calls serial inside a lane,
+lanes concurrent up to ``max_concurrency``, receipts emitted in input order (``settle.py``)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Callable, Iterable, Iterator
+
+import trio
+
+from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
+from ..plan.lanes import RejectedLane
+from ..receipts import Receipt
+from .call import execute_call, not_run_receipt
+from .context import RunContext
+from .gates import Refuse, Wait, check_call
+from .runstate import HaltPolicy, RunState
+from .settle import Settlement
+
+Sink = Callable[[Receipt], None]
+#: the runner's state; the name batches have always used
+BatchState = RunState
+
+#: How far (in calls) workers may run ahead of the first receipt not yet emitted.
+LOOKAHEAD_CALLS = 4096
+
+
+class _LaneRun:
+    """One lane's calls, run in order; remembers where it is so a cancelled worker can settle
+    the call in flight and go on with the rest of the lane."""
+
+    __slots__ = ("ctx", "lane", "calls", "settlement", "state", "pos", "payload", "stop_reason", "current_args")
+
+    def __init__(self, ctx: RunContext, lane: AdmittedLane, calls: list[AdmittedCall],
+                 settlement: Settlement, state: RunState):
+        self.ctx, self.lane, self.calls, self.settlement, self.state = ctx, lane, calls, settlement, state
+        self.pos = 0
+        self.payload = dict(lane.payload) if lane.payload is not None else None
+        self.stop_reason: str | None = None
+        self.current_args: Any = None
+
+    def _not_run(self, call: AdmittedCall, args: Any, status: str, message: str) -> None:
+        self.settlement.settle(not_run_receipt(
+            self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
+            status=status, message=message, args_sha256=call.args_sha256 if args is call.args else None))
+
+    async def run(self) -> None:
+        state = self.state
+        while self.pos < len(self.calls):
+            if state.interrupted:
+                return  # not started: no receipt, so resume runs it
+            call = self.calls[self.pos]
+            if self.stop_reason is not None or state.halted:
+                self.pos += 1
+                self._not_run(call, call.args, "skipped",
+                              self.stop_reason or f"the batch was halted ({halt_text(state.halt)})")
+                continue
+            verdict = await self._gate(call)
+            if isinstance(verdict, Wait):  # the lane pauses here: no receipts, so resume runs it
+                self._pause(call)
+                return
+            if isinstance(verdict, Refuse):
+                self._refuse(call, verdict.args, verdict.status, verdict.message)
+                continue
+            await self._run_call(call, verdict.args)
+
+    async def _gate(self, call: AdmittedCall) -> Any:
+        args = call.args
+        source = "admitted"
+        if args is None:  # fed from the lane payload, which earlier calls may have extended
+            args = project_payload(call.tool, self.payload or {})
+            source = "payload"
+        return await check_call(self.ctx, call.tool, args, source=source, item_key=call.item_key,
+                                call_key=call.call_key, args_sha256=call.args_sha256)
+
+    def _pause(self, call: AdmittedCall) -> None:
+        for c in self.calls[self.pos:]:
+            self.settlement.skip(c.seq)
+        self.pos = len(self.calls)
+        self.state.paused.append((call.item_key, call.call_key))
+
+    async def _run_call(self, call: AdmittedCall, args: Any) -> None:
+        self.current_args = args
+        receipt, _value, envelope = await execute_call(
+            self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
+            args_sha256=call.args_sha256 if args is call.args else None,
+        )
+        self.pos += 1
+        self.settlement.settle(receipt)
+        if receipt.status != "ok":
+            self.stop_reason = f"call '{call.call_key}' in this lane ended {receipt.status}"
+        elif envelope is not None:
+            if envelope["decision"] == "stop":
+                self.stop_reason = (f"call '{call.call_key}' reported status '{envelope['status']}'"
+                                    " (control envelope: stop)")
+            if self.payload is not None and envelope["handoff"]:
+                self.payload.update(envelope["handoff"])
+
+    def _refuse(self, call: AdmittedCall, args: Any, status: str, message: str) -> None:
+        """The call does not run: its receipt says why, and the rest of its lane is skipped."""
+        self.pos += 1
+        self._not_run(call, args, status, message)
+        self.stop_reason = f"call '{call.call_key}' in this lane ended {status}"
+
+    def cancel_current(self) -> None:
+        """The call in flight was cancelled (halt now, or a signal): give it its receipt."""
+        if self.pos >= len(self.calls):
+            return
+        call = self.calls[self.pos]
+        self.pos += 1
+        why = ("interrupted by a signal" if self.state.interrupted
+               else f"the batch was halted ({halt_text(self.state.halt)})")
+        self._not_run(call, self.current_args if self.current_args is not None else call.args, "cancelled", why)
+        self.stop_reason = f"call '{call.call_key}' in this lane was cancelled"
+
+
+def halt_text(h: HaltPolicy | None) -> str:
+    if h is None:
+        return "halt"
+    return f"--halt {h.when},fail={h.fail_count if h.fail_count is not None else f'{h.fail_percent:g}%'}"
+
+
+class _Lanes:
+    """Where the lanes come from and in what order their receipts are emitted."""
+
+    def __init__(self, lanes: list[AdmittedLane] | Iterable[AdmittedLane], state: RunState | None,
+                 skip_seqs: frozenset[int], streaming: bool):
+        self.lanes = lanes
+        self.skip_seqs = skip_seqs
+        self.order: list[int] | None = None
+        self.plan_calls: int | None = None
+        if streaming:
+            self.lanes = list(lanes)
+            self.total = sum(len(lane.calls) for lane in self.lanes)  # open-ended: dispatched seqs go far above
+        elif isinstance(lanes, list):
+            expected = [c.seq for lane in lanes for c in lane.calls]
+            self.total = len(expected)
+            self.plan_calls = max(expected, default=-1) + 1
+            self.order = expected if skip_seqs or _gappy(expected) else None
+        else:
+            # a stream of lanes (read back from the journal): seqs are 0..total-1 in order
+            if state is None or skip_seqs:
+                raise ValueError("lanes given as a stream need the batch state's total and no skipped seqs")
+            self.total = self.plan_calls = state.total
+
+    def positions(self) -> Iterator[tuple[int, AdmittedLane, list[AdmittedCall]]]:
+        """(position of the lane's first call in emission order, lane, calls still to run)"""
+        pos = 0
+        skip = self.skip_seqs
+        for lane in self.lanes:
+            calls = [c for c in lane.calls if c.seq not in skip] if skip else lane.calls
+            if calls:
+                yield pos, lane, calls
+            pos += len(lane.calls)
+
+
+async def run_lanes(
+    ctx: RunContext,
+    lanes: list[AdmittedLane] | Iterable[AdmittedLane],
+    max_concurrency: int,
+    sink: Sink | Settlement,
+    *,
+    halt: HaltPolicy | None = None,
+    skip_seqs: frozenset[int] = frozenset(),
+    prior: Iterable[Receipt] = (),
+    state: RunState | None = None,
+    stream: Any = None,
+    on_rejected: Callable[[list], None] | None = None,
+) -> RunState:
+    """Run lanes: calls serial inside a lane, lanes concurrent up to ``max_concurrency``.
+
+    ``sink`` gets the receipts in output order, or is the run's ``Settlement`` (which journals
+    them). ``stream`` (a ``plan.admit.LaneStream``) adds lanes read and admitted one at a time
+    after ``lanes`` (``run --stream``); a rejected one gets ``invalid_input`` receipts and its
+    findings go to ``on_rejected``. ``skip_seqs`` are calls already settled (resume); their
+    receipts come in ``prior`` and are emitted in order with the new ones.
+    """
+    source = _Lanes(lanes, state, skip_seqs, stream is not None)
+    state = state or RunState(total=source.total, halt=halt)
+    state.total, state.halt = source.total, halt
+    settlement = sink if isinstance(sink, Settlement) else Settlement(sink, counts=state.counts,
+                                                                       children=ctx.children)
+    settlement.listeners.append(state.note)
+    settlement.expect(source.order)
+    # dispatched calls (SPEC 5.6) are numbered after the plan's and emitted right after their parent
+    ctx.sequence.plan_calls(source.plan_calls)
+    for r in sorted(prior, key=lambda r: r.seq):
+        settlement.keep(r)
+    feeder = _Feeder(ctx, source, settlement, state, stream, on_rejected, max_concurrency)
+    workers = (max(1, min(max_concurrency, len(source.lanes))) if isinstance(source.lanes, list) and stream is None
+               else max(1, max_concurrency))
+    async with ctx.services.executors.opened():  # type: ignore[union-attr]
+        async with trio.open_nursery() as nursery:
+            if stream is not None:
+                nursery.start_soon(feeder.feed)
+            for _ in range(workers):
+                nursery.start_soon(feeder.worker)
+    settlement.flush()
+    return state
+
+
+class _Feeder:
+    """Hands lanes to the workers (the plan's first, then each streamed lane as it is read), and
+    the workers that run them."""
+
+    def __init__(self, ctx: RunContext, source: _Lanes, settlement: Settlement, state: RunState, stream: Any,
+                 on_rejected: Callable[[list], None] | None, max_concurrency: int):
+        self.ctx, self.source, self.settlement, self.state = ctx, source, settlement, state
+        self.stream, self.on_rejected = stream, on_rejected
+        self.window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
+        if stream is None:
+            pending = source.positions()
+
+            async def take() -> tuple | None:
+                return next(pending, None)
+        else:
+            self.send, receive = trio.open_memory_channel(max_concurrency)
+
+            async def take() -> tuple | None:
+                try:
+                    return await receive.receive()
+                except trio.EndOfChannel:
+                    return None
+        self.take = take
+
+    async def worker(self) -> None:
+        # One cancel scope per worker, not per call: halt-now and signals cancel these, and the
+        # lane run settles whatever call was in flight.
+        state = self.state
+        current: _LaneRun | None = None
+        taken = None  # a lane taken from the queue, not started yet
+        while True:
+            with trio.CancelScope() as scope:
+                state.in_flight.add(scope)
+                try:
+                    while True:
+                        if current is None:
+                            if taken is None:
+                                taken = await self.take()
+                                if taken is None:
+                                    return
+                            await self._within_window(taken[0])
+                            current = _LaneRun(self.ctx, taken[1], taken[2], self.settlement, state)
+                            taken = None
+                        await current.run()
+                        current = None
+                finally:
+                    state.in_flight.discard(scope)
+            if current is not None:
+                current.cancel_current()
+
+    async def _within_window(self, pos: int) -> None:
+        if pos - self.window > self.settlement.emitted and not (self.state.halted or self.state.interrupted):
+            await self.settlement.wait_for(pos - self.window)
+
+    async def feed(self) -> None:
+        state = self.state
+        async with self.send:
+            for item in self.source.positions():
+                await self.send.send(item)
+            pos = self.source.total
+            while not (state.halted or state.interrupted):
+                lane = await self._next_streamed()
+                if lane is None:
+                    return
+                if isinstance(lane, RejectedLane):
+                    self._reject(lane)
+                else:
+                    state.total += len(lane.calls)
+                    if lane.calls:
+                        await self.send.send((pos, lane, lane.calls))
+                pos += len(lane.calls)
+
+    async def _next_streamed(self) -> Any:
+        with trio.CancelScope() as scope:
+            self.state.in_flight.add(scope)
+            try:
+                lane = await trio.to_thread.run_sync(self.stream.next_lane, abandon_on_cancel=True)
+            finally:
+                self.state.in_flight.discard(scope)
+        return None if scope.cancelled_caught else lane
+
+    def _reject(self, lane: RejectedLane) -> None:
+        if self.on_rejected is not None:
+            self.on_rejected(lane.problems)
+        for receipt in rejected_receipts(self.ctx, lane):
+            self.state.total += 1
+            self.settlement.settle(receipt)
+
+
+def rejected_receipts(ctx: RunContext, lane: RejectedLane) -> list[Receipt]:
+    """``invalid_input`` receipts for the calls of a lane refused by ``run --stream``."""
+    message = "; ".join(f"{p.file}:{p.line}: {p.code} {p.message}" for p in lane.problems) or "lane rejected"
+    return [not_run_receipt(ctx, tool, None, seq=seq, item_key=lane.item_key, call_key=call_key,
+                            status="invalid_input", message=message, kind="rejected_lane")
+            for seq, call_key, tool in lane.calls]
+
+
+def _gappy(seqs: list[int]) -> bool:
+    return any(s != i for i, s in enumerate(seqs))
+
+
+async def run_batch(ctx: RunContext, calls: list[AdmittedCall], sink: Sink | Settlement, **kw: Any) -> RunState:
+    """A sequential list: one lane, run in order."""
+    lane = AdmittedLane(0, None, None, calls)
+    return await run_lanes(ctx, [lane], 1, sink, **kw)
+
+
+async def run_parallel_batch(ctx: RunContext, lanes: list[AdmittedLane], max_concurrency: int,
+                             sink: Sink | Settlement, **kw: Any) -> RunState:
+    """Governed parallel lanes; the run's ``parallel_batch_id`` is set if the caller left it empty."""
+    if ctx.config.parallel_batch_id is None:
+        ctx.config.parallel_batch_id = uuid.uuid4().hex
+    return await run_lanes(ctx, lanes, max_concurrency, sink, **kw)

@@ -1,0 +1,268 @@
+"""A run of the engine: its lease, signals, journal, executors, summary and exit status.
+
+``RunSession.run(runner)`` opens what every run needs and runs ``runner``, an async callable that
+gets the session and returns a ``RunnerEnd``: the lanes runner (``engine/lanes.py``) for sequential
+and parallel plans, the routed loop for routed plans. The runner settles its records through
+``session.settlement``; the session commits them, writes the summary last and says how the run
+ended. Output goes through the ``emit`` callback only; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Awaitable, Callable, Protocol
+
+import trio
+
+from ..contract.compiled import Contract
+from ..errors import RunError
+from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
+from ..store import JournalWriter
+from .context import DEFAULT_OUTPUT_CAP, RunContext, RunServices
+from .runstate import HaltPolicy, RunState
+from .settle import Settlement
+
+Emit = Callable[[dict], None]
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class RunOptions:
+    halt: HaltPolicy | None = None
+    default_timeout_s: float | None = None
+    no_cache: bool = False
+    refresh_cache: bool = False
+    output_cap_bytes: int = DEFAULT_OUTPUT_CAP
+    audit: Callable[[dict], None] | None = None
+    approve: str = "ask"  # answer to approval gates: ask | all | none
+    ask: Any = None  # with approve=ask: a person at a terminal (cli/prompt.py); None pauses the run
+    on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
+    # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
+    # once per batch rather than once per record)
+    flush_output: Callable[[], None] | None = None
+    # findings of a lane refused by ``run --stream`` (its calls get invalid_input receipts)
+    on_rejected: Callable[[list], None] | None = None
+    # SIGINT/SIGTERM handling (main thread only): the first signal cancels the run, a second forces
+    # an exit with code 130. ``on_signal`` gets a one-line notice for a person; it may be called
+    # from a signal handler, so it must not take locks (write with os.write).
+    handle_signals: bool = True
+    on_signal: Callable[[str], None] | None = None
+
+    def journal_form(self) -> dict:
+        return {
+            "halt": asdict(self.halt) if self.halt else None,
+            "default_timeout_s": self.default_timeout_s,
+            "no_cache": self.no_cache,
+            "refresh_cache": self.refresh_cache,
+            "output_cap_bytes": self.output_cap_bytes,
+            "approve": self.approve,
+        }
+
+
+@dataclass
+class RunnerEnd:
+    """How a runner ended: ``stopped`` early on purpose (resumable, exit 4), a ``status`` that
+    overrides the one the receipts give, and keys added to the summary."""
+
+    stopped: bool = False
+    status: str | None = None
+    summary: dict = field(default_factory=dict)
+
+
+class Runner(Protocol):
+    def begin(self, session: RunSession) -> None:
+        """Journal what the run is (or reopen it), before the event loop starts."""
+
+    def __call__(self, session: RunSession) -> Awaitable[RunnerEnd]: ...
+
+
+class _Signals:
+    """SIGINT and SIGTERM for the length of a run.
+
+    Outside the event loop (journaling the plan, flushing the journal) a plain handler only
+    records the request: nothing is in flight then, and lanes check the flag before each call.
+    Inside it, trio's signal receiver cancels the calls in flight from the loop's own thread.
+    A second signal, wherever it lands, exits at once with 130: every receipt already written
+    is committed, and calls without one are run again (or reported interrupted) by resume.
+    """
+
+    def __init__(self, state: RunState, options: RunOptions):
+        self.state = state
+        self.notice = options.on_signal
+        self.seen = 0
+        self.enabled = options.handle_signals and threading.current_thread() is threading.main_thread()
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_Signals":
+        if self.enabled:
+            for sig in _SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._outside)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def _tell(self, text: str) -> None:
+        if self.notice is not None:
+            try:
+                self.notice(text)
+            except Exception:  # noqa: BLE001 - a notice must never break signal handling
+                pass
+
+    def _first_or_force(self, sig: int) -> bool:
+        name = signal.Signals(sig).name
+        if self.seen:
+            self._tell(f"{name} again: stopping now; every receipt written so far is in the journal")
+            os._exit(130)
+        self.seen += 1
+        self._tell(f"{name}: cancelling the calls in flight (send it again to stop at once)")
+        return True
+
+    def _outside(self, sig: int, _frame: Any) -> None:
+        self._first_or_force(sig)
+        self.state.interrupted = True
+
+    async def watch(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.open_signal_receiver(*_SIGNALS) as signals:
+            task_status.started()
+            async for sig in signals:
+                self._first_or_force(sig)
+                self.state.interrupt()
+
+
+def _first(group: BaseExceptionGroup) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+@dataclass
+class RunResult:
+    summary: dict
+    state: RunState = field(repr=False)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.summary["status"]]
+
+
+class RunSession:
+    """One run: the context its calls share, the journal its records go to, and how it ends."""
+
+    def __init__(self, store: Any, emit: Emit, options: RunOptions, *, run_id: str, contract: Contract,
+                 mode: str, subagent: str | None, total_calls: int, owner: str):
+        self.store = store
+        self.emit = emit
+        self.options = options
+        self.mode = mode
+        self.owner = owner
+        services = RunServices(cache=store, audit=options.audit)
+        self.ctx = RunContext(
+            run_id, contract, services=services, subagent=subagent, default_timeout_s=options.default_timeout_s,
+            no_cache=options.no_cache, refresh_cache=options.refresh_cache,
+            output_cap_bytes=options.output_cap_bytes, approve=options.approve,
+        )
+        if options.approve == "ask":
+            from .approvals import Approvals
+
+            services.approvals = Approvals(store, run_id)
+            services.ask = options.ask
+        services.before_start = self._before_start
+        self.state = RunState(total=total_calls, halt=options.halt)
+        self.settlement: Settlement | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.ctx.config.run_id
+
+    def _before_start(self, info: tuple) -> None:
+        # the start of an at-most-once write is committed before its callable runs
+        seq, tool, _sha = info
+        if tool.effect in ("write", "destructive") and not tool.idempotent:
+            self.store.mark_started(self.run_id, seq)
+
+    def run(self, runner: Runner) -> RunResult:
+        """Run ``runner`` to its end (or interruption). Every record is committed to the journal
+        before ``emit`` sees it; the summary is emitted last."""
+        t0 = time.perf_counter()
+        state = self.state
+        with _Signals(state, self.options) as signals:
+            runner.begin(self)
+            loop_token: list[trio.lowlevel.TrioToken] = []
+
+            def stop_on_writer_error(_exc: BaseException) -> None:
+                # On a journal thread (the reader of stdout went away, or the disk failed): stop the
+                # run from the event loop's own thread.
+                state.interrupted = True
+                if loop_token:
+                    try:
+                        loop_token[0].run_sync_soon(state.interrupt)
+                    except trio.RunFinishedError:
+                        pass
+
+            journal = JournalWriter(self.store, self.emit, on_error=stop_on_writer_error,
+                                    after_batch=self.options.flush_output)
+            self.settlement = Settlement(journal=journal, children=self.ctx.children, counts=state.counts,
+                                         on_emit=self.options.on_receipt)
+            ending: list[RunnerEnd] = []
+
+            async def main() -> None:
+                loop_token.append(trio.lowlevel.current_trio_token())
+                async with trio.open_nursery() as nursery:
+                    if signals.enabled:
+                        await nursery.start(signals.watch)
+                    async with self.ctx.services.executors.opened():  # type: ignore[union-attr]
+                        ending.append(await runner(self))
+                    nursery.cancel_scope.cancel()
+
+            interrupted = self._loop(main, journal)
+        end = ending[0] if ending else RunnerEnd()
+        status = end.status or summary_status(state.counts, stopped=end.stopped, interrupted=interrupted)
+        summary = summary_record(self.run_id, self.mode, status, state.counts, (time.perf_counter() - t0) * 1000,
+                                 self.ctx.contract.contract_sha256)
+        summary.update(end.summary)
+        self.store.finish_run(self.run_id, status, state.counts, summary, owner=self.owner)
+        self.emit(summary)
+        return RunResult(summary, state)
+
+    def _loop(self, main: Callable[[], Awaitable[None]], journal: JournalWriter) -> bool:
+        """Run the event loop, then close the journal; returns whether the run was interrupted.
+        A journal or output failure is recorded with the run and raised."""
+        writer_error: BaseException | None = None
+        store_error: sqlite3.Error | None = None
+        try:
+            try:
+                trio.run(main)
+            except* sqlite3.Error as group:  # a start marker or the cache could not be written
+                store_error = _first(group)
+        finally:
+            interrupted = self.state.interrupted  # a signal after the last call does not change the outcome
+            try:
+                journal.close()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below once the run is recorded
+                writer_error = exc
+        if store_error is None and isinstance(writer_error, sqlite3.Error):
+            store_error, writer_error = writer_error, None
+        if writer_error is not None or store_error is not None:
+            try:
+                self.store.finish_run(self.run_id, "interrupted", self.state.counts, owner=self.owner)
+            except Exception:  # noqa: BLE001 - the first failure is the one to report
+                pass
+            if store_error is not None:
+                raise RunError(f"the state database could not be written ({store_error}); run {self.run_id} was"
+                               " stopped, and every receipt printed is in the journal") from None
+            raise writer_error  # type: ignore[misc]
+        return interrupted
+
+
+def new_run_id() -> str:
+    """Sortable run ids: UTC time to the second, then randomness."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]

@@ -1,0 +1,175 @@
+"""Settlement: the one place a settled record is counted, committed, ordered and emitted.
+
+A receipt is *settled* when its call has ended (or will never run). From there:
+
+1. it is **counted** (per status) and shown to the run's listeners (a halt policy);
+2. it is **committed**: handed to the journal at once, in completion order;
+3. it is **ordered**: held until every receipt before it in input order (``seq``) is settled;
+4. it is **emitted**: handed on for output once committed (the journal's output thread writes it
+   only after its transaction), followed by the receipts of the calls it dispatched (depth first,
+   in the order they finished), which are counted and committed at that moment.
+
+Receipts kept from an earlier session of the run (``resume``) are counted and ordered with the
+new ones; those the journal already holds as they are are not committed again. Other record types
+(a routed loop's decisions, supervisor and guardrail records) are committed and emitted at once,
+in the order they are recorded (``record``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import trio
+
+from ..receipts import STATUSES, Receipt
+
+Sink = Callable[[Receipt], None]
+
+
+class Children:
+    """Receipts of dispatched calls (SPEC 5.6) waiting to be emitted right after their parent's."""
+
+    __slots__ = ("_by_parent",)
+
+    def __init__(self) -> None:
+        self._by_parent: dict[int, list[Receipt]] = {}
+
+    def add(self, parent_seq: int, receipt: Receipt) -> None:
+        self._by_parent.setdefault(parent_seq, []).append(receipt)
+
+    def take(self, parent_seq: int) -> list[Receipt]:
+        """The receipts dispatched by the call ``parent_seq`` (and by those, depth first), in the
+        order they finished; each is handed out once."""
+        if not self._by_parent:
+            return []
+        out: list[Receipt] = []
+        for r in self._by_parent.pop(parent_seq, ()):
+            out.append(r)
+            out.extend(self.take(r.seq))
+        return out
+
+
+class Settlement:
+    """Counts, commits, orders and emits one run's records.
+
+    ``journal`` (a ``store.JournalWriter`` or anything with ``commit``, ``emit`` and ``__call__``)
+    commits records and hands them on for output after their commit; without one, records go
+    straight to ``sink`` (in-process runs). ``on_emit`` sees each receipt as it is emitted
+    (progress). ``counts`` may be given to share a dict with the runner's state.
+    """
+
+    def __init__(self, sink: Sink | None = None, *, journal: Any = None, children: Children | None = None,
+                 on_emit: Sink | None = None, record_sink: Callable[[dict], None] | None = None,
+                 counts: dict[str, int] | None = None):
+        self.counts = counts if counts is not None else {s: 0 for s in STATUSES}
+        self.children = children if children is not None else Children()
+        self.listeners: list[Sink] = []
+        self._sink = sink
+        self._record_sink = record_sink
+        self._journal = journal
+        self._on_emit = on_emit
+        self._committed: dict[int, dict] = {}  # seq -> record committed, not yet emitted
+        self._journaled: frozenset[int] = frozenset()  # kept receipts the journal holds as they are
+        self._order: list[int] | None = None
+        self._pending: dict[int, Receipt | None] = {}
+        self.emitted = 0
+        self._waiters: list[tuple[int, trio.Event]] = []
+
+    # -- what comes in ------------------------------------------------------------------------
+
+    def expect(self, seqs: Iterable[int] | None) -> None:
+        """The seqs to emit, when they are not simply 0, 1, 2, … (a resume, or gaps)."""
+        self._order = sorted(seqs) if seqs is not None else None
+
+    def journaled(self, seqs: Iterable[int]) -> None:
+        """Kept receipts with these seqs are in the journal exactly as they will be emitted."""
+        self._journaled = frozenset(seqs)
+
+    def settle(self, receipt: Receipt) -> None:
+        """A call of this session ended (or will never run)."""
+        self.counts[receipt.status] += 1
+        for listener in self.listeners:
+            listener(receipt)
+        if self._journal is not None:
+            rec = self._committed[receipt.seq] = receipt.as_record()
+            self._journal.commit(rec)
+        self._place(receipt.seq, receipt)
+
+    def keep(self, receipt: Receipt) -> None:
+        """A receipt settled in an earlier session of the run: counted and emitted in order."""
+        self.counts[receipt.status] += 1
+        self._place(receipt.seq, receipt)
+
+    def skip(self, seq: int) -> None:
+        """``seq`` will have no receipt in this session (its lane paused): emission moves past it."""
+        self._place(seq, None)
+
+    def record(self, rec: dict) -> None:
+        """Any other record (a decision, a supervisor or guardrail record): committed and emitted now."""
+        if self._journal is not None:
+            self._journal(rec)
+        elif self._record_sink is not None:
+            self._record_sink(rec)
+
+    # -- order --------------------------------------------------------------------------------
+
+    def _next_seq(self) -> int | None:
+        if self._order is None:
+            return self.emitted
+        return self._order[self.emitted] if self.emitted < len(self._order) else None
+
+    def _place(self, seq: int, receipt: Receipt | None) -> None:
+        self._pending[seq] = receipt
+        nxt = self._next_seq()
+        if nxt not in self._pending:
+            return
+        while nxt is not None and nxt in self._pending:
+            ready = self._pending.pop(nxt)
+            if ready is not None:
+                self._emit(ready)
+            self.emitted += 1
+            nxt = self._next_seq()
+        if self._waiters:
+            woken = [w for w in self._waiters if w[0] <= self.emitted]
+            if woken:
+                self._waiters = [w for w in self._waiters if w[0] > self.emitted]
+                for _, event in woken:
+                    event.set()
+
+    async def wait_for(self, count: int) -> None:
+        """Return once at least ``count`` receipts have been emitted (the lookahead window)."""
+        if self.emitted >= count:
+            return
+        event = trio.Event()
+        self._waiters.append((count, event))
+        await event.wait()
+
+    def flush(self) -> None:
+        """Emit whatever is left (after an interruption), still in seq order."""
+        for seq in sorted(self._pending):
+            ready = self._pending.pop(seq)
+            if ready is not None:
+                self._emit(ready)
+
+    # -- what goes out ------------------------------------------------------------------------
+
+    def _emit(self, receipt: Receipt) -> None:
+        self._hand_on(receipt)
+        for child in self.children.take(receipt.seq):
+            self.counts[child.status] += 1
+            self._hand_on(child)
+
+    def _hand_on(self, receipt: Receipt) -> None:
+        if self._on_emit is not None:
+            self._on_emit(receipt)
+        journal = self._journal
+        if journal is not None:
+            rec = self._committed.pop(receipt.seq, None)
+            if rec is not None:
+                journal.emit(rec)
+            elif receipt.seq in self._journaled:
+                journal.emit(receipt.as_record())
+            else:  # settled outside this session's calls (resume's own receipts, dispatched calls)
+                journal(receipt.as_record())
+        if self._sink is not None:
+            self._sink(receipt)
