@@ -129,7 +129,7 @@ def approve(
 
 def _check_args(store, run: dict, item: Optional[str], call_key: str, args: object) -> str | None:  # noqa: ANN001
     from ..contract.registry import load_registry
-    from ..contract.schemas import schema_errors
+    from ..engine.gates import input_problem
 
     if not isinstance(args, dict):
         return "arguments must be a JSON object"
@@ -141,9 +141,7 @@ def _check_args(store, run: dict, item: Optional[str], call_key: str, args: obje
     if tool is None:
         return "the run's registry or call can no longer be read"
     # (resume checks approved arguments again before the call runs, whatever the tool's schema source)
-    if tool.input_validator is None or tool.input_validator.is_valid(args):
-        return None
-    return "; ".join(schema_errors(tool.input_validator, args, limit=3))
+    return input_problem(tool, args)
 
 
 @runs_app.command("list")

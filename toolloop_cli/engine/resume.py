@@ -16,6 +16,7 @@ What each call gets on resume, lane by lane and in order:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import IO, Any
 
 from .._canonical import sha256_of
@@ -52,21 +53,22 @@ def _refuse(message: str) -> ConfigError:
     return ConfigError([Problem("TL370", message, "<journal>", hint="run the plan again as a new run")])
 
 
-def prepare_resume(
-    store: Store,
-    run: dict,
-    *,
-    retry_failed: bool,
-    retry_interrupted: bool,
-    owner: str,
-    lanes: IO[bytes] | None = None,
-    lanes_name: str = "-",
-) -> tuple[AdmittedPlan, dict]:
-    """The plan to run again and what is already settled (for ``execute_plan(resume=...)``).
+@dataclass(frozen=True, slots=True)
+class _Journaled:
+    """A run's journal entry with its registry compiled again."""
 
-    Raises ConfigError (exit 3) when the registry's contract or a rebuilt argument differs from
-    the journal; nothing is written.
-    """
+    run_id: str
+    opts: dict
+    reg_path: str
+    contract: Any
+    sub: Any
+    plan_path: str
+    plan_file: str | None
+    decl: Any
+
+
+def _load_contract(run: dict) -> _Journaled:
+    """The run's registry, compiled again and checked against the journal's contract hash."""
     run_id = run["run_id"]
     if run["mode"] not in ("sequential", "parallel"):
         raise RunError(f"run {run_id} is a {run['mode']} run; resume finishes sequential and parallel runs")
@@ -89,128 +91,206 @@ def prepare_resume(
     sub_id = opts.get("subagent") or (decl.subagent if decl is not None else None)
     if sub_id is None or sub_id not in contract.subagents:
         raise _refuse(f"the run's subagent is unknown: the plan file {plan_path} is gone or changed")
-    sub = contract.subagents[sub_id]
-    rebuilt: AdmittedPlan | None = None
+    return _Journaled(run_id, opts, reg_path, contract, contract.subagents[sub_id], plan_path, plan_file, decl)
 
-    def rebuild() -> AdmittedPlan:
-        # admitted again only when the journal withheld a redacted value (and only once: --lanes - is a stream)
-        nonlocal rebuilt
-        if rebuilt is None:
-            rebuilt = admit_plan(plan_file, registry=reg_path, app_root=opts.get("app_root"),  # type: ignore[arg-type]
-                                 lanes=lanes, lanes_name=lanes_name, max_concurrency=opts.get("max_concurrency"),
-                                 default_timeout_s=opts.get("default_timeout_s"))
-        return rebuilt
 
-    def rebuildable(in_file: bool) -> bool:
-        return plan_file is not None and (lanes is not None or in_file)
+class _Rebuilder:
+    """Arguments and payloads the journal withheld (they held a redacted value), rebuilt from the
+    plan file (and ``--lanes FILE`` given again), admitted again only when needed and only once
+    (``--lanes -`` is a stream)."""
 
+    def __init__(self, j: _Journaled, lanes: IO[bytes] | None, lanes_name: str):
+        self.j, self.lanes, self.lanes_name = j, lanes, lanes_name
+        self._plan: AdmittedPlan | None = None
+
+    def _rebuilt(self) -> AdmittedPlan:
+        if self._plan is None:
+            j = self.j
+            self._plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=j.opts.get("app_root"),  # type: ignore[arg-type]
+                                    lanes=self.lanes, lanes_name=self.lanes_name,
+                                    max_concurrency=j.opts.get("max_concurrency"),
+                                    default_timeout_s=j.opts.get("default_timeout_s"))
+        return self._plan
+
+    def _possible(self, in_file: bool) -> bool:
+        return self.j.plan_file is not None and (self.lanes is not None or in_file)
+
+    def payload(self, index: int, item_key: str | None, withheld: str) -> dict | None:
+        """The lane's payload rebuilt, or None when it cannot be; ConfigError if it differs."""
+        decl = self.j.decl
+        n_file = len(decl.lanes or []) if decl is not None and decl.mode == "parallel" else 0
+        if not self._possible(index < n_file):
+            return None
+        found = next((ln for ln in self._rebuilt().lanes if ln.index == index), None)
+        if found is None or found.payload is None:
+            return None
+        if sha256_of(found.payload) != withheld:
+            raise _refuse(f"the payload of lane {index} ('{item_key}') rebuilt from the plan hashes differently"
+                          " from the journal")
+        return found.payload
+
+    def args(self, seq: int, call_key: str, sha: str) -> dict | None:
+        """The call's arguments rebuilt, or None when they cannot be; ConfigError if they differ."""
+        if not self._possible(_seq_in_file(self.j.decl, seq)):
+            return None
+        found = next((c for c in self._rebuilt().calls if c.seq == seq), None)
+        if found is None:
+            return None
+        if found.args_sha256 != sha:
+            raise _refuse(f"call {seq} ('{call_key}') rebuilt from the plan hashes differently from the journal")
+        return found.args
+
+
+def _journaled_lanes(store: Store, j: _Journaled, rebuilder: _Rebuilder) -> tuple[list[AdmittedLane], set[int]]:
+    """The run's lanes and calls as journaled (withheld values rebuilt where possible), and the
+    seqs of calls whose withheld arguments or payload cannot be rebuilt."""
     lanes_out = []
-    unrecoverable: set[int] = set()  # calls whose withheld arguments or payload cannot be rebuilt
+    unrecoverable: set[int] = set()
     withheld_lanes: set[int] = set()
-    for i, k, payload, withheld in store.lanes_of(run_id):
+    for i, k, payload, withheld in store.lanes_of(j.run_id):
         if payload is None and withheld is not None:
-            n_file = len(decl.lanes or []) if decl is not None and decl.mode == "parallel" else 0
-            found = (next((ln for ln in rebuild().lanes if ln.index == i), None)
-                     if rebuildable(i < n_file) else None)
-            if found is None or found.payload is None:
+            payload = rebuilder.payload(i, k, withheld)
+            if payload is None:
                 withheld_lanes.add(i)
-            elif sha256_of(found.payload) != withheld:
-                raise _refuse(f"the payload of lane {i} ('{k}') rebuilt from the plan hashes differently"
-                              " from the journal")
-            else:
-                payload = found.payload
         lanes_out.append(AdmittedLane(i, k, payload, []))
     if not lanes_out:
         lanes_out = [AdmittedLane(0, None, None, [])]
-    for seq, lane, item, ck, tool_id, args, sha in store.calls_of(run_id):
-        tool = sub.tools.get(tool_id)
+    for seq, lane, item, ck, tool_id, args, sha in store.calls_of(j.run_id):
+        tool = j.sub.tools.get(tool_id)
         if tool is None:
-            raise _refuse(f"tool '{tool_id}' of run {run_id} is no longer in the registry")
+            raise _refuse(f"tool '{tool_id}' of run {j.run_id} is no longer in the registry")
         if args is None and sha is not None:  # the journal never holds a redacted value
-            found_call = (next((c for c in rebuild().calls if c.seq == seq), None)
-                          if rebuildable(_seq_in_file(decl, seq)) else None)
-            if found_call is None:
+            args = rebuilder.args(seq, ck, sha)
+            if args is None:
                 unrecoverable.add(seq)
-            elif found_call.args_sha256 != sha:
-                raise _refuse(f"call {seq} ('{ck}') rebuilt from the plan hashes differently from the journal")
-            else:
-                args = found_call.args
         elif args is None and lane in withheld_lanes:
             unrecoverable.add(seq)
         lanes_out[lane].calls.append(AdmittedCall(seq, lane, item, ck, tool, args, sha))
-    plan = AdmittedPlan(
-        path=plan_path, decl=decl, contract=contract, subagent=sub, mode=run["mode"], lanes=lanes_out,  # type: ignore[arg-type]
-        max_concurrency=opts.get("max_concurrency") or 1, plan_sha256=run["plan_sha256"], registry_path=reg_path,
-    )
-    receipts = {r["seq"]: r for r in store.receipts_of(run_id)}
-    started = store.started_seqs(run_id)
-    ctx = RunContext(run_id, contract, parallel_batch_id=run["parallel_batch_id"])
-    ctx.sequence.continue_from(1 + max((r["completion_seq"] for r in receipts.values()), default=-1))
-    settled: list[Receipt] = []
-    journaled: list[int] = []  # kept exactly as the journal holds them
+    return lanes_out, unrecoverable
 
-    def settle(c: AdmittedCall, status: str, message: str) -> None:
-        settled.append(not_run_receipt(ctx, c.tool, c.args, seq=c.seq, item_key=c.item_key, call_key=c.call_key,
-                                       status=status, message=message, args_sha256=c.args_sha256))
 
-    def keep(rec: dict) -> None:
-        settled.append(Receipt.from_record(rec))
-        journaled.append(rec["seq"])
+#: What resume does with a call, by the status of its receipt (None: no receipt).
+#: keep: the receipt stands, and the rest of the lane is settled after it (unless ok);
+#: run: the call runs again; interrupted: an at-most-once write that was in flight.
+def resume_action(status: str | None, *, in_flight_write: bool, retry_failed: bool, retry_interrupted: bool) -> str:
+    if status == "ok":
+        return "keep"
+    if status in FAILED_STATUSES or status == "invalid_input":
+        return "run" if retry_failed else "keep"
+    if status == "interrupted":
+        return "run" if retry_interrupted else "keep"
+    if status in _KEEP_STATUSES:
+        return "keep"
+    # no receipt, cancelled or skipped
+    if in_flight_write and not retry_interrupted:
+        return "interrupted"
+    return "run"
 
-    for lane in plan.lanes:
+
+class _Settler:
+    """Walks the journaled lanes in order and settles what will not run again."""
+
+    def __init__(self, ctx: RunContext, receipts: dict[int, dict], started: set[int], unrecoverable: set[int],
+                 retry_failed: bool, retry_interrupted: bool):
+        self.ctx, self.receipts, self.started, self.unrecoverable = ctx, receipts, started, unrecoverable
+        self.retry_failed, self.retry_interrupted = retry_failed, retry_interrupted
+        self.settled: list[Receipt] = []
+        self.journaled: list[int] = []  # kept exactly as the journal holds them
+
+    def _settle(self, c: AdmittedCall, status: str, message: str) -> None:
+        self.settled.append(not_run_receipt(self.ctx, c.tool, c.args, seq=c.seq, item_key=c.item_key,
+                                            call_key=c.call_key, status=status, message=message,
+                                            args_sha256=c.args_sha256))
+
+    def _keep(self, rec: dict) -> None:
+        self.settled.append(Receipt.from_record(rec))
+        self.journaled.append(rec["seq"])
+
+    def lane(self, lane: AdmittedLane) -> None:
         stop: str | None = None  # why the rest of this lane does not run
         payload = dict(lane.payload) if lane.payload is not None else None
         for c in lane.calls:
-            rec = receipts.get(c.seq)
+            rec = self.receipts.get(c.seq)
             status = rec["status"] if rec else None
             at_most_once = c.tool.effect in ("write", "destructive") and not c.tool.idempotent
-            in_flight_write = at_most_once and status in ("cancelled", None) and c.seq in started
+            in_flight_write = at_most_once and status in ("cancelled", None) and c.seq in self.started
             if stop is not None:
-                if in_flight_write:  # its start was committed before an earlier receipt was
-                    settle(c, "interrupted", _IN_FLIGHT)
-                elif rec is not None and status != "cancelled":
-                    keep(rec)
-                else:
-                    settle(c, "skipped", stop)
+                self._after_stop(c, rec, status, in_flight_write, stop)
                 continue
-            if status == "ok":
-                keep(rec)  # type: ignore[arg-type]
-                env = rec.get("envelope")  # type: ignore[union-attr]
-                if env:
-                    if env.get("decision") == "stop":
-                        stop = f"call '{c.call_key}' reported status '{env.get('status')}' (control envelope: stop)"
-                    if payload is not None and env.get("handoff"):
-                        payload.update(env["handoff"])
-                continue
-            rerun = True
-            if status in FAILED_STATUSES or status == "invalid_input":
-                rerun = retry_failed
-            elif status == "interrupted":
-                rerun = retry_interrupted
-            elif status in _KEEP_STATUSES:
-                rerun = False
-            elif in_flight_write and not retry_interrupted:
-                settle(c, "interrupted", _IN_FLIGHT)
+            action = resume_action(status, in_flight_write=in_flight_write, retry_failed=self.retry_failed,
+                                   retry_interrupted=self.retry_interrupted)
+            if action == "keep":
+                self._keep(rec)  # type: ignore[arg-type]
+                stop = self._after_kept(c, rec, payload)  # type: ignore[arg-type]
+            elif action == "interrupted":
+                self._settle(c, "interrupted", _IN_FLIGHT)
                 stop = f"call '{c.call_key}' in this lane ended interrupted"
-                continue
-            if not rerun:
-                keep(rec)  # type: ignore[arg-type]
-                stop = f"call '{c.call_key}' in this lane ended {status}"
-                continue
-            if c.seq in unrecoverable:
-                settle(c, "interrupted", "its arguments held a redacted value and cannot be rebuilt from the plan;"
-                                         " resume with the run's plan file (and --lanes FILE) in place")
+            elif c.seq in self.unrecoverable:
+                self._settle(c, "interrupted", "its arguments held a redacted value and cannot be rebuilt from the plan;"
+                                               " resume with the run's plan file (and --lanes FILE) in place")
                 stop = f"call '{c.call_key}' in this lane ended interrupted"
         if payload is not None:
             lane.payload = payload  # what the calls that run again start from
-    children = _kept_children(receipts, {c.seq for c in plan.calls}, set(journaled))
-    journaled.extend(child.seq for _parent, child in children)
+
+    def _after_stop(self, c: AdmittedCall, rec: dict | None, status: str | None, in_flight_write: bool,
+                    stop: str) -> None:
+        if in_flight_write:  # its start was committed before an earlier receipt was
+            self._settle(c, "interrupted", _IN_FLIGHT)
+        elif rec is not None and status != "cancelled":
+            self._keep(rec)
+        else:
+            self._settle(c, "skipped", stop)
+
+    @staticmethod
+    def _after_kept(c: AdmittedCall, rec: dict, payload: dict | None) -> str | None:
+        """Why the lane stops after a kept receipt (None: it goes on); an ok receipt's handoff
+        extends the lane payload."""
+        if rec["status"] != "ok":
+            return f"call '{c.call_key}' in this lane ended {rec['status']}"
+        env = rec.get("envelope")
+        if not env:
+            return None
+        if payload is not None and env.get("handoff"):
+            payload.update(env["handoff"])
+        if env.get("decision") == "stop":
+            return f"call '{c.call_key}' reported status '{env.get('status')}' (control envelope: stop)"
+        return None
+
+
+def prepare_resume(
+    store: Store,
+    run: dict,
+    *,
+    retry_failed: bool,
+    retry_interrupted: bool,
+    owner: str,
+    lanes: IO[bytes] | None = None,
+    lanes_name: str = "-",
+) -> tuple[AdmittedPlan, dict]:
+    """The plan to run again and what is already settled (for ``execute_plan(resume=...)``).
+
+    Raises ConfigError (exit 3) when the registry's contract or a rebuilt argument differs from
+    the journal; nothing is written.
+    """
+    j = _load_contract(run)
+    lanes_out, unrecoverable = _journaled_lanes(store, j, _Rebuilder(j, lanes, lanes_name))
+    plan = AdmittedPlan(
+        path=j.plan_path, decl=j.decl, contract=j.contract, subagent=j.sub, mode=run["mode"], lanes=lanes_out,
+        max_concurrency=j.opts.get("max_concurrency") or 1, plan_sha256=run["plan_sha256"], registry_path=j.reg_path,
+    )
+    receipts = {r["seq"]: r for r in store.receipts_of(j.run_id)}
+    ctx = RunContext(j.run_id, j.contract, parallel_batch_id=run["parallel_batch_id"])
+    ctx.sequence.continue_from(1 + max((r["completion_seq"] for r in receipts.values()), default=-1))
+    settler = _Settler(ctx, receipts, store.started_seqs(j.run_id), unrecoverable, retry_failed, retry_interrupted)
+    for lane in plan.lanes:
+        settler.lane(lane)
+    children = _kept_children(receipts, {c.seq for c in plan.calls}, set(settler.journaled))
     return plan, {
         "owner": owner,
         "parallel_batch_id": run["parallel_batch_id"],
-        "skip": [r.seq for r in settled],
-        "prior": settled,
-        "journaled": journaled,
+        "skip": [r.seq for r in settler.settled],
+        "prior": settler.settled,
+        "journaled": settler.journaled + [child.seq for _parent, child in children],
         "children": children,
         "completion_start": ctx.sequence.completed,
     }
