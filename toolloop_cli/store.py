@@ -118,6 +118,18 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # 3: lanes spooled from a stream are read back a page of lanes at a time
         "CREATE INDEX IF NOT EXISTS calls_by_lane ON calls (run_id, lane, seq)",
     ),
+    (  # 4: output records other than receipts (a routed loop's decisions, supervisor and guardrail
+       # records), in commit order, each with the number of receipts printed before it
+        """CREATE TABLE IF NOT EXISTS records (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            type TEXT NOT NULL,
+            receipts_before INTEGER NOT NULL,
+            record TEXT NOT NULL,
+            PRIMARY KEY (run_id, n)
+        )""",
+        "ALTER TABLE model_answers ADD COLUMN record TEXT",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -422,6 +434,46 @@ class Store:
         self._transaction(lambda: self.db.executemany(
             "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows))
 
+    def put_records(self, receipts: list[dict], others: list[tuple[dict, int]] = ()) -> None:  # type: ignore[assignment]
+        """Commit receipts and other output records in one transaction. ``others`` are
+        ``(record, receipts_before)``: the record and how many receipts were printed before it."""
+        rows = [(r["run_id"], r["seq"], r["status"], _dumps(r)) for r in receipts]
+
+        def work() -> None:
+            if rows:
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows)
+            for rec, before in others:
+                self.db.execute(
+                    "INSERT INTO records (run_id, n, type, receipts_before, record) VALUES"
+                    " (?, (SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?), ?, ?, ?)",
+                    (rec["run_id"], rec["run_id"], rec["type"], before, _dumps(rec)))
+
+        self._transaction(work)
+
+    def records_of(self, run_id: str) -> list[tuple[int, dict]]:
+        """The run's other output records in commit order: ``(receipts_before, record)``."""
+        with self._lock:
+            rows = self.db.execute("SELECT receipts_before, record FROM records WHERE run_id=? ORDER BY n",
+                                   (run_id,)).fetchall()
+        return [(before, orjson.loads(rec)) for before, rec in rows]
+
+    # --- model answers (routed runs: replay and resume reuse them) ---------------------
+    def put_model_answer(self, answer: dict) -> None:
+        """Commit one model answer (a ``model_answer`` record: run_id, n, role, request_sha256, ...)."""
+        with self._lock:
+            self.db.execute(
+                "INSERT OR REPLACE INTO model_answers (run_id, n, role, request_sha256, answer, record)"
+                " VALUES (?,?,?,?,?,?)",
+                (answer["run_id"], answer["n"], answer["role"], answer["request_sha256"], answer.get("text") or "",
+                 _dumps(answer)))
+
+    def model_answers_of(self, run_id: str) -> list[dict]:
+        with self._lock:
+            rows = self.db.execute("SELECT record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
+                                   (run_id,)).fetchall()
+        return [orjson.loads(r[0]) for r in rows]
+
     def receipts_of(self, run_id: str) -> list[dict]:
         with self._lock:
             rows = self.db.execute("SELECT record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
@@ -523,7 +575,7 @@ class JournalWriter:
     """
 
     _STOP = object()
-    _COMMIT, _EMIT, _BOTH = 1, 2, 3
+    _COMMIT, _EMIT, _BOTH, _OTHER = 1, 2, 3, 4
 
     def __init__(self, store: Store, after_commit: Callable[[dict], None], max_batch: int = 512,
                  on_error: Callable[[BaseException], None] | None = None,
@@ -544,7 +596,12 @@ class JournalWriter:
         self._emit_thread.start()
 
     def __call__(self, record: dict) -> None:
+        """Commit a receipt, then hand it on."""
         self._q.put((self._BOTH, record))
+
+    def record(self, record: dict, receipts_before: int) -> None:
+        """Commit any other output record (a decision, a supervisor record...), then hand it on."""
+        self._q.put((self._OTHER, (record, receipts_before)))
 
     def commit(self, record: dict) -> None:
         self._q.put((self._COMMIT, record))
@@ -572,15 +629,19 @@ class JournalWriter:
             items = [b for b in batch if b is not self._STOP]
             if items and self.commit_error is None:
                 records = [r for kind, r in items if kind & self._COMMIT]
+                others = [r for kind, r in items if kind == self._OTHER]
                 try:
-                    if records:
+                    if others:
+                        self.store.put_records(records, others)
+                    elif records:
                         self.store.put_receipts(records)
                 except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
                     self.commit_error = exc
                     self._fail(exc)
                 else:
                     self.committed += len(records)
-                    out = [r for kind, r in items if kind & self._EMIT]
+                    out = [r if kind != self._OTHER else r[0] for kind, r in items
+                           if kind & self._EMIT or kind == self._OTHER]
                     if out:
                         self._out.put(out)
             if stop:

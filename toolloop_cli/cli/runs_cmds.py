@@ -177,12 +177,14 @@ def show_run(
 ) -> None:
     """The receipts of a run again, in order, then its summary (byte for byte what the run printed
     as JSON Lines, for a finished run)."""
-    from ..engine.resume import find_run, in_output_order
+    from ..engine.history import in_output_order, with_other_records
+    from ..engine.resume import find_run
 
     store = _open_store(state_dir)
     try:
         run = find_run(store, run_id)
-        receipts = in_output_order(store.receipts_of(run["run_id"]), run["total_calls"])
+        receipts = with_other_records(in_output_order(store.receipts_of(run["run_id"]), run["total_calls"]),
+                                      store.records_of(run["run_id"]))
         status = _shown_status(store, run)
     finally:
         store.close()

@@ -73,6 +73,7 @@ class Settlement:
         self._order: list[int] | None = None
         self._pending: dict[int, Receipt | None] = {}
         self.emitted = 0
+        self.handed = 0  # receipts handed on for output, dispatched ones included
         self._waiters: list[tuple[int, trio.Event]] = []
 
     # -- what comes in ------------------------------------------------------------------------
@@ -105,9 +106,10 @@ class Settlement:
         self._place(seq, None)
 
     def record(self, rec: dict) -> None:
-        """Any other record (a decision, a supervisor or guardrail record): committed and emitted now."""
+        """Any other record (a decision, a supervisor or guardrail record): committed and emitted
+        now, after the receipts handed on so far."""
         if self._journal is not None:
-            self._journal(rec)
+            self._journal.record(rec, self.handed)
         elif self._record_sink is not None:
             self._record_sink(rec)
 
@@ -160,6 +162,7 @@ class Settlement:
             self._hand_on(child)
 
     def _hand_on(self, receipt: Receipt) -> None:
+        self.handed += 1
         if self._on_emit is not None:
             self._on_emit(receipt)
         journal = self._journal
