@@ -91,3 +91,33 @@ def test_parallel_mcp_calls_keep_input_order(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     receipts = jsonl(proc.stdout)[:-1]
     assert [r["result"]["timezone"] for r in receipts] == [lane["calls"][0]["args"]["timezone"] for lane in lanes]
+
+
+def test_toolloop_call_runs_an_mcp_tool(cli, tmp_path):
+    reg = registry(tmp_path)
+    proc = cli("call", str(reg), "w", "now", "--args", '{"timezone": "UTC"}')
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    receipt, summary = jsonl(proc.stdout)
+    assert receipt["tool"] == "now" and receipt["status"] == "ok" and receipt["result"]["timezone"] == "UTC"
+    assert summary["status"] == "ok"
+
+
+def test_an_mcp_tool_runs_through_execute_call_in_an_opened_run(tmp_path):
+    import trio
+
+    from toolloop_cli.contract.mcp import resolve_server_tools
+    from toolloop_cli.contract.registry import load_registry
+    from toolloop_cli.engine import RunContext, execute_call
+
+    contract, problems = load_registry(registry(tmp_path))
+    assert contract is not None, problems
+    resolve_server_tools(contract.subagents["w"])
+    ctx = RunContext("run-test", contract)
+    tool = contract.subagents["w"].tools["now"]
+
+    async def main():
+        async with ctx.services.executors.opened():
+            return await execute_call(ctx, tool, {"timezone": "UTC"}, seq=0, item_key=None, call_key="0")
+
+    receipt, value, _ = trio.run(main)
+    assert receipt.status == "ok" and value["timezone"] == "UTC"
