@@ -451,6 +451,11 @@ class Store:
 
         self._transaction(work)
 
+    def clear_records(self, run_id: str) -> None:
+        """Forget a run's other output records (a resumed routed run records them again as it replays)."""
+        with self._lock:
+            self.db.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+
     def records_of(self, run_id: str) -> list[tuple[int, dict]]:
         """The run's other output records in commit order: ``(receipts_before, record)``."""
         with self._lock:

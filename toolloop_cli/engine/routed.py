@@ -1,0 +1,403 @@
+"""The routed runner: a model picks the next tool from an allowlist, under hard budgets, until it
+gives a final answer that is validated against the plan's schema.
+
+The runner holds the loop's state and budgets, asks the router (``toolloop_cli.router``, pure) for
+each turn's messages and parses its decision, executes admitted decisions through the same gates,
+executors and settlement as every other call, and asks the final profile for the answer. Each turn:
+
+1. budgets checked before the request (iterations, tokens, cost; the deadline bounds everything);
+2. the router model answers (journaled as a ``model_answer``); tokens and cost are charged;
+3. the decision is parsed; a rejected one (``unknown_tool``, ``invalid_args``, ``duplicate``,
+   ``over_budget``, ``malformed``) is not executed and becomes an observation;
+4. a call passes the run-time gates (approval) and runs; its receipt carries the iteration;
+5. the redacted result goes through the observation guardrails and becomes an observation;
+6. supervisor rules and the judge look at the run; operators' steer and abort are read.
+
+A resumed run replays its journal: recorded model answers are reused and settled receipts kept,
+so the loop reaches the turn where it stopped with the budgets it had left.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from .._canonical import sha256_of
+from ..plan.admit import AdmittedPlan
+from ..receipts import Receipt
+from ..router.closeout import check_final, final_messages, repair_messages, route_of
+from ..router.decisions import Decision, parse_decision, router_messages
+from ..router.observations import observe_receipt, observe_rejection
+from ..router.views import Budgets, LoopView, Malformed, Observation
+from .call import execute_call, not_run_receipt
+from .gates import Refuse, Wait, check_call
+from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
+from .redact import Scrubber
+from .session import RunnerEnd, RunSession
+
+#: replies in a row that hold no valid decision before the loop ends ``malformed_output``
+MALFORMED_LIMIT = 3
+
+
+@dataclass
+class LoopState:
+    """The routed runner's state: what the summary's ``loop`` reports."""
+
+    iterations: int = 0
+    tool_calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None
+    rejections: dict[str, int] = field(default_factory=dict)
+    per_tool: dict[str, dict[str, int]] = field(default_factory=dict)
+    by_part: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds_used: float = 0.0  # before this session (a resumed run)
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+    def charge(self, part: str, input_tokens: int, output_tokens: int, cost: float | None) -> None:
+        self.tokens_in += input_tokens
+        self.tokens_out += output_tokens
+        spent = self.by_part.setdefault(part, {"tokens": 0, "cost_usd": None})
+        spent["tokens"] += input_tokens + output_tokens
+        if cost is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + cost
+            spent["cost_usd"] = (spent["cost_usd"] or 0.0) + cost
+
+    def ran(self, tool: str, status: str) -> None:
+        counts = self.per_tool.setdefault(tool, {"calls": 0, "ok": 0, "failed": 0})
+        counts["calls"] += 1
+        counts["ok" if status == "ok" else "failed"] += 1
+
+    def summary(self, model_calls: int) -> dict:
+        parts = {p: self.by_part.get(p, {"tokens": 0, "cost_usd": None}) for p in ("router", "final", "judge", "children")}
+        return {
+            "iterations": self.iterations, "tool_calls": self.tool_calls, "model_calls": model_calls,
+            "tokens": {"input": self.tokens_in, "output": self.tokens_out},
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+            "rejections": dict(sorted(self.rejections.items())),
+            "per_tool": {k: self.per_tool[k] for k in sorted(self.per_tool)},
+            "by_part": parts,
+        }
+
+
+class _End(Exception):
+    """The loop ends with this outcome (and, for ``final``, the validated answer)."""
+
+    def __init__(self, outcome: str, final: Any = None):
+        self.outcome = outcome
+        self.final = final
+
+
+@dataclass
+class Recording:
+    """What a resumed routed run already has in its journal: model answers to reuse, receipts to
+    keep (by seq), the at-most-once writes that had started, and how the resume treats them."""
+
+    answers: list[dict]
+    receipts: dict[int, dict]
+    started: set[int]
+    retry_failed: bool = False
+    retry_interrupted: bool = False
+    seconds_used: float = 0.0
+
+
+class RoutedRunner:
+    """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
+
+    def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
+                 env: Any = None, plan_path: str | None = None):
+        assert plan.routed is not None
+        self.plan = plan
+        self.spec = plan.routed
+        self.recording = recording
+        self.env = os.environ if env is None else env
+        self.state = LoopState(seconds_used=recording.seconds_used if recording else 0.0)
+        self.observations: list[Observation] = []
+        self.steer: list[str] = []
+        self.ran: set[tuple[str, str]] = set()  # (tool, args hash) of calls that went through the gate
+        self.seq = 0
+        self._malformed = 0
+        self._last_rejected: tuple | None = None
+        self._secrets = Scrubber([self.env[p.api_key_env] for p in self.spec.profiles().values()
+                                  if p.api_key_env and self.env.get(p.api_key_env)])
+
+    # -- the journal -----------------------------------------------------------------------------
+
+    def begin(self, session: RunSession) -> None:
+        plan = self.plan
+        if self.recording is not None:
+            session.store.clear_records(session.run_id)  # printed again as the loop replays
+            session.store.reopen_run(session.run_id)
+            return
+        plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
+        session.store.create_run({
+            "run_id": session.run_id, "mode": "routed", "plan_path": plan_path, "plan_sha256": plan.plan_sha256,
+            "registry_path": os.path.abspath(plan.registry_path), "contract_sha256": plan.contract.contract_sha256,
+            "options": {"subagent": plan.subagent.id, "app_root": plan.contract.app_root,
+                        **session.options.journal_form()},
+            "parallel_batch_id": None, "total_calls": 0, "lease_owner": session.owner,
+        })
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    async def __call__(self, session: RunSession) -> RunnerEnd:
+        self.session = session
+        providers = self.spec.make_providers(self.env)
+        recorded = self.recording.answers if self.recording is not None else ()
+        self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
+                                 rng=session.ctx.services.rng)
+        budget = self.spec.budget
+        self.deadline = trio.current_time() + max(0.0, budget.timeout_s - self.state.seconds_used)
+        self.t0 = trio.current_time()
+        outcome, final = "timeout", None
+        try:
+            with trio.CancelScope(deadline=self.deadline) as scope:
+                session.state.in_flight.add(scope)  # a signal cancels the loop
+                try:
+                    outcome, final = await self._loop()
+                finally:
+                    session.state.in_flight.discard(scope)
+            if session.state.interrupted:
+                outcome, final = None, None  # a signal: the run is resumable, no outcome yet
+        finally:
+            with trio.CancelScope(shield=True):
+                for p in providers.values():
+                    await p.aclose()
+        session.store.set_total_calls(session.run_id, self.seq)
+        return self._end(outcome, final)
+
+    def _end(self, outcome: str | None, final: Any) -> RunnerEnd:
+        status = {"final": "ok", "paused": "stopped", None: "interrupted"}.get(outcome, "failed")
+        summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
+                   "loop": self.state.summary(self.models.count)}
+        return RunnerEnd(stopped=outcome == "paused", status=status, summary=summary)
+
+    async def _loop(self) -> tuple[str, Any]:
+        try:
+            while True:
+                self._check_budgets(before_router=True)
+                await self._turn()
+        except _End as end:
+            return end.outcome, end.final
+        except LoopTimeout:
+            return "timeout", None
+        except ProviderFailed as exc:
+            self.session.ctx.emit_audit("provider_failed", error=self._secrets.text(str(exc)))
+            return "provider_error", None
+
+    def _check_budgets(self, *, before_router: bool) -> None:
+        b, s = self.spec.budget, self.state
+        if before_router and s.iterations >= b.max_iterations:
+            raise _End("max_iterations")
+        if s.tokens >= b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) >= b.max_cost_usd):
+            raise _End("budget_exceeded")
+
+    def _overspent(self) -> bool:
+        b, s = self.spec.budget, self.state
+        return s.tokens > b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) > b.max_cost_usd)
+
+    def _budgets(self) -> Budgets:
+        b, s = self.spec.budget, self.state
+        return Budgets(
+            iterations_left=max(0, b.max_iterations - s.iterations), tokens_left=max(0, b.max_tokens - s.tokens),
+            tool_calls_left=max(0, b.max_tool_calls - s.tool_calls),
+            seconds_left=max(0.0, self.deadline - trio.current_time()),
+            cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (s.cost_usd or 0.0)),
+        )
+
+    def _view(self) -> LoopView:
+        spec = self.spec
+        return LoopView(goal=spec.goal, context=spec.context, instructions=spec.instructions, tools=spec.tool_views,
+                        observations=tuple(self.observations), budgets=self._budgets(), steer=tuple(self.steer),
+                        outcomes=spec.outcomes)
+
+    async def _ask(self, role: str, messages: list[dict]) -> Any:
+        profile = self.spec.profiles()[role]
+        left = max(1, self.spec.budget.max_tokens - self.state.tokens)
+        cap = min(profile.max_output_tokens, left) if profile.max_output_tokens else left
+        answer = await self.models.ask(role, profile, messages, deadline=self.deadline, max_tokens=cap)
+        r = answer.reply
+        cost = profile.price.cost(r.input_tokens, r.output_tokens) if profile.price is not None else None
+        self.state.charge(role, r.input_tokens, r.output_tokens, cost)
+        return answer
+
+    async def _turn(self) -> None:
+        view = self._view()
+        self.steer = []
+        answer = await self._ask("router", router_messages(view, self.spec.prompts))
+        self.state.iterations += 1
+        it = self.state.iterations
+        decision = parse_decision(answer.reply.text)
+        if self._overspent():
+            self._record_decision(it, decision, answer, rejected=None)
+            raise _End("budget_exceeded")
+        if isinstance(decision, Malformed):
+            self._reject(it, decision, answer, None, "malformed", decision.why)
+            self._malformed += 1
+            if self._malformed >= MALFORMED_LIMIT:
+                raise _End("malformed_output")
+            return
+        self._malformed = 0
+        if decision.action == "abort":
+            self._record_decision(it, decision, answer, rejected=None)
+            raise _End("aborted")
+        if decision.action == "final":
+            self._record_decision(it, decision, answer, rejected=None)
+            raise _End("final", await self._closeout())
+        await self._call(it, decision, answer)
+
+    # -- decisions ---------------------------------------------------------------------------------
+
+    def _tool(self, name: str | None) -> Any:
+        if name is None or name not in self.spec.tools:
+            return None
+        return self.plan.subagent.tools[name]
+
+    def _rejection(self, decision: Decision) -> tuple[str, str] | None:
+        """Why a proposed call is not executed, or None."""
+        tool = self._tool(decision.tool)
+        if tool is None:
+            return "unknown_tool", (f"'{decision.tool}' is not one of the tools you may call: "
+                                    f"{', '.join(self.spec.tools)}")
+        from .gates import input_problem
+
+        problem = input_problem(tool, decision.args)
+        if problem is not None:
+            return "invalid_args", f"the arguments fail the input schema of '{tool.id}': {problem}"
+        if (tool.id, sha256_of(decision.args)) in self.ran:
+            return "duplicate", f"'{tool.id}' already ran with these exact arguments in this run"
+        if self.state.tool_calls >= self.spec.budget.max_tool_calls:
+            return "over_budget", f"the run's tool-call budget ({self.spec.budget.max_tool_calls}) is used up"
+        if tool.max_calls is not None and self.session.ctx.ledger.made(tool.id) >= tool.max_calls:
+            return "over_budget", f"'{tool.id}' has made its max_calls ({tool.max_calls}) in this run"
+        return None
+
+    def _reject(self, it: int, decision: Decision | Malformed, answer: Any, tool: str | None, kind: str,
+                why: str) -> None:
+        self.state.rejections[kind] = self.state.rejections.get(kind, 0) + 1
+        shown_args = self._shown_args(decision)
+        self._record_decision(it, decision, answer, rejected=kind)
+        self.observations.append(observe_rejection(it, tool, kind, why, args=shown_args))
+        key = (kind, tool, sha256_of(decision.args) if isinstance(decision, Decision) else None,
+               decision.action if isinstance(decision, Decision) else None)
+        if key == self._last_rejected and kind != "malformed":
+            raise _End("duplicate_action")
+        self._last_rejected = key
+
+    async def _call(self, it: int, decision: Decision, answer: Any) -> None:
+        rejected = self._rejection(decision)
+        if rejected is not None:
+            self._reject(it, decision, answer, decision.tool, *rejected)
+            return
+        self._last_rejected = None
+        self._record_decision(it, decision, answer, rejected=None)
+        tool = self._tool(decision.tool)
+        args = decision.args or {}
+        receipt = await self._receipt(it, tool, args)
+        self.ran.add((tool.id, sha256_of(args)))
+        self.state.tool_calls += 1
+        self.state.ran(tool.id, receipt.status)
+        value = receipt.result if receipt.status == "ok" else receipt.error
+        self.observations.append(observe_receipt(it, tool.id, receipt.status, value, args=receipt.args))
+
+    async def _receipt(self, it: int, tool: Any, args: dict) -> Receipt:
+        """The call's receipt: kept from the journal (resume), or from the gates and the call."""
+        session, ctx = self.session, self.session.ctx
+        seq, call_key = self.seq, str(it)
+        kept = self._kept(seq, tool)
+        if kept is not None:
+            self.seq += 1
+            session.settlement.keep(kept)  # type: ignore[union-attr]
+            return kept
+        verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
+        if isinstance(verdict, Wait):
+            session.state.paused.append((None, call_key))
+            raise _End("paused")
+        self.seq += 1
+        if isinstance(verdict, Refuse):
+            receipt = not_run_receipt(ctx, tool, verdict.args, seq=seq, item_key=None, call_key=call_key,
+                                      status=verdict.status, message=verdict.message, iteration=it)
+        elif self._in_flight_write(seq, tool):
+            receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
+                                      status="interrupted", message=(
+                                          "this write was in flight when the run stopped, so it may or may not have"
+                                          " happened; run it again on purpose with --retry-interrupted"))
+        else:
+            receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
+                                                       call_key=call_key, iteration=it)
+        session.settlement.settle(receipt)  # type: ignore[union-attr]
+        return receipt
+
+    def _kept(self, seq: int, tool: Any) -> Receipt | None:
+        rec = self.recording.receipts.get(seq) if self.recording is not None else None
+        if rec is None or rec["tool"] != tool.id or rec["status"] == "cancelled":
+            return None
+        status = rec["status"]
+        if self.recording.retry_failed and status in ("error", "timeout", "invalid_output"):  # type: ignore[union-attr]
+            return None
+        if self.recording.retry_interrupted and status == "interrupted":  # type: ignore[union-attr]
+            return None
+        return Receipt.from_record(rec)
+
+    def _in_flight_write(self, seq: int, tool: Any) -> bool:
+        rec = self.recording
+        return (rec is not None and not rec.retry_interrupted and seq in rec.started
+                and tool.effect in ("write", "destructive") and not tool.idempotent)
+
+    def _shown_args(self, decision: Decision | Malformed) -> Any:
+        if not isinstance(decision, Decision) or decision.args is None:
+            return None
+        tool = self._tool(decision.tool)
+        return self.session.ctx.redactor(tool).apply(decision.args) if tool is not None else decision.args
+
+    def _record_decision(self, it: int, decision: Decision | Malformed, answer: Any, *, rejected: str | None) -> None:
+        is_decision = isinstance(decision, Decision)
+        rec = {
+            "type": "decision", "run_id": self.session.run_id, "iteration": it,
+            "action": decision.action if is_decision else None,
+            "tool": decision.tool if is_decision else None,
+            "args": self._shown_args(decision),
+            "reason": decision.reason if is_decision else decision.why,
+            "rejected": rejected,
+            "tokens": {"input": answer.reply.input_tokens, "output": answer.reply.output_tokens},
+            "model": answer.reply.model, "duration_ms": answer.duration_ms,
+        }
+        self.session.settlement.record(self._secrets.deep(rec))  # type: ignore[union-attr]
+
+    def _journal_answer(self, rec: dict) -> None:
+        self.session.store.put_model_answer(self._secrets.deep(rec))
+
+    # -- closeout ----------------------------------------------------------------------------------
+
+    async def _closeout(self) -> Any:
+        """The final profile writes the answer from the evidence; one repair, then parse_error."""
+        self._check_budgets(before_router=False)
+        spec = self.spec
+        messages = final_messages(self._view(), spec.final_schema, spec.prompts)
+        answer = await self._ask("final", messages)
+        if self._overspent():
+            raise _End("budget_exceeded")
+        final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
+        if errors is None:
+            return final
+        self._check_budgets(before_router=False)
+        answer = await self._ask("final", repair_messages(messages, answer.reply.text, errors, spec.prompts))
+        if self._overspent():
+            raise _End("budget_exceeded")
+        final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
+        if errors is None:
+            return final
+        raise _End("parse_error")
+
+
+def seconds_used(receipts: list[dict], answers: list[dict]) -> float:
+    """Loop time a run spent before it stopped: its model requests and its calls."""
+    return (sum(float(a.get("duration_ms") or 0) for a in answers)
+            + sum(float(r.get("duration_ms") or 0) for r in receipts)) / 1000.0
+
