@@ -139,11 +139,6 @@ def run(
             lanes_stream.close()
     if admitted.warnings:
         print_findings(admitted.warnings)
-    if admitted.mode == "routed":
-        if store is not None:
-            store.close()
-        fail("this version admits routed plans (toolloop validate checks them) but cannot run them yet", 2,
-             "run a sequential or parallel plan")
     if dry_run:
         from ..engine.dryrun import dry_run_records
 

@@ -70,8 +70,6 @@ class _Journaled:
 def _load_contract(run: dict) -> _Journaled:
     """The run's registry, compiled again and checked against the journal's contract hash."""
     run_id = run["run_id"]
-    if run["mode"] not in ("sequential", "parallel"):
-        raise RunError(f"run {run_id} is a {run['mode']} run; resume finishes sequential and parallel runs")
     opts = run["options"] or {}
     reg_path = run["registry_path"]
     if not os.path.isfile(reg_path):
@@ -272,6 +270,9 @@ def prepare_resume(
     Raises ConfigError (exit 3) when the registry's contract or a rebuilt argument differs from
     the journal; nothing is written.
     """
+    if run["mode"] == "routed":
+        return _prepare_routed(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
+                               owner=owner)
     j = _load_contract(run)
     lanes_out, unrecoverable = _journaled_lanes(store, j, _Rebuilder(j, lanes, lanes_name))
     plan = AdmittedPlan(
@@ -294,6 +295,27 @@ def prepare_resume(
         "children": children,
         "completion_start": ctx.sequence.completed,
     }
+
+
+def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interrupted: bool,
+                    owner: str) -> tuple[AdmittedPlan, dict]:
+    """A routed run is resumed by replaying its journal: the plan is admitted again from its file,
+    recorded model answers are reused and settled receipts kept (``engine/routed.py``)."""
+    from .routed import Recording, seconds_used
+
+    j = _load_contract(run)
+    if j.plan_file is None:
+        raise _refuse(f"the run's plan file {j.plan_path} no longer exists; a routed run is resumed from it")
+    plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=j.opts.get("app_root"),
+                      default_timeout_s=j.opts.get("default_timeout_s"))
+    if plan.plan_sha256 != run["plan_sha256"]:
+        raise _refuse(f"the plan {j.plan_path} changed since run {j.run_id} started; resume needs the same plan")
+    receipts = store.receipts_of(j.run_id)
+    answers = store.model_answers_of(j.run_id)
+    recording = Recording(answers=answers, receipts={r["seq"]: r for r in receipts},
+                          started=store.started_seqs(j.run_id), retry_failed=retry_failed,
+                          retry_interrupted=retry_interrupted, seconds_used=seconds_used(receipts, answers))
+    return plan, {"owner": owner, "recording": recording}
 
 
 def _kept_children(receipts: dict[int, dict], plan_seqs: set[int], kept: set[int]) -> list[tuple[int, Receipt]]:

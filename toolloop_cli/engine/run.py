@@ -1,4 +1,5 @@
-"""A whole sequential or parallel run: the lanes runner on a run session (``session.py``).
+"""A whole run: the lanes runner (sequential and parallel plans) or the routed runner on a run
+session (``session.py``).
 
 ``execute_plan`` is the entry point ``run``, ``resume`` and ``call`` use: it journals the admitted
 plan (or reopens a resumed run) and runs its lanes, settled through the session's journal.
@@ -91,4 +92,8 @@ def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions
     session = RunSession(store, emit, options, run_id=run_id or new_run_id(), contract=plan.contract,
                          mode=plan.mode, subagent=plan.subagent.id, total_calls=plan.total_calls,
                          owner=resume["owner"] if resume is not None else lease_token())
+    if plan.mode == "routed":
+        from .routed import RoutedRunner
+
+        return session.run(RoutedRunner(plan, recording=resume["recording"] if resume is not None else None))
     return session.run(LanesRunner(plan, resume))
