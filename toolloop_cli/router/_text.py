@@ -66,7 +66,15 @@ def one_object(text: str, what: str) -> dict | str:
         body = fenced.group("body").strip()
     if not body:
         return f"the reply is empty; reply with exactly one JSON object ({what})"
+    if body.startswith("```") and not fenced:
+        return f"the reply has text outside its code fence; reply with the JSON object only ({what})"
     if not body.startswith("{"):
+        try:
+            other = json.loads(body)
+        except ValueError:
+            pass
+        else:
+            return f"the reply is {kind_of(other)}, not a JSON object; reply with exactly one JSON object ({what})"
         where = body.find("{")
         if where > 0:
             return (f"the reply has text before the JSON object ({excerpt(body[:where])}); "
@@ -84,3 +92,10 @@ def one_object(text: str, what: str) -> dict | str:
         return (f"the reply has text after the JSON object ({excerpt(rest)}); "
                 f"reply with one JSON object and nothing else ({what})")
     return value
+
+
+def kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}.get(
+        type(value), type(value).__name__)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._text import as_data, bounded, excerpt, one_object, to_json
+from ._text import as_data, bounded, excerpt, kind_of, one_object, to_json
 from .prompts import Prompts, packaged_prompts
 from .views import Budgets, LoopView, Malformed, Message, Observation
 
@@ -126,12 +126,6 @@ def parse_decision(text: str) -> Decision | Malformed:
     if not isinstance(tool, str) or not tool.strip():
         return Malformed("'tool' must be the id of one of the tools listed, as a string")
     if not isinstance(args, dict):
-        return Malformed(f"'args' must be a JSON object of the tool's arguments, not {_kind(args)}")
+        return Malformed(f"'args' must be a JSON object of the tool's arguments, not {kind_of(args)}")
     return Decision("call", reason, tool, args)
 
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}.get(
-        type(value), type(value).__name__)
