@@ -110,6 +110,12 @@ FIX_HINTS: dict[str, str] = {
     "TL413": "Make the lane's payload match what the call's arguments take from it.",
     "TL414": "Write one JSON object per line in the `--lanes` input, each a lane of the plan.",
     "TL415": "Reinstall toolloop; its packaged prompt files are missing or empty.",
+    "TL416": "Create the file, or fix its path: paths in a plan are relative to the plan's folder.",
+    "TL417": "Pass a `context` that validates against the plan's `inputs` schema.",
+    "TL418": "Rename the outcome (the loop's own names are reserved), or let `final_schema` hold a string `outcome`.",
+    "TL419": "Key `routes` by a declared outcome or one of the loop's outcomes.",
+    "TL420": "Give each rule exactly its own fields, set `on_violation`, and a `steer_message` for steer.",
+    "TL421": "Use the JSON Lines written by `toolloop runs export RUN_ID` as the fixture.",
 }
 
 SCHEMA_NAMES = ("plan", "receipt", "registry")

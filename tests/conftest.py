@@ -44,3 +44,13 @@ def write(path: Path, text: str) -> Path:
 
 def jsonl(stdout: bytes) -> list[dict]:
     return [json.loads(line) for line in stdout.decode().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def model_server():
+    """A scripted model server on 127.0.0.1 (tests/modelserver.py), stopped after the test."""
+    from modelserver import ModelServer
+
+    server = ModelServer().start()
+    yield server
+    server.stop()

@@ -160,7 +160,7 @@ budget: {max_iterations: 3, max_tokens: 100, max_tool_calls: 2, timeout_s: 10}
 
 def test_routed_plans_are_admitted_with_explicit_profiles(tmp_path):
     p = plan(tmp_path, ROUTED.replace("allowed_tools: [echo, hidden, nothere]", "allowed_tools: [echo]")
-             + "final_profile: {provider: replay, model: recorded}\n")
+             + "final_profile: {provider: openai, model: recorded}\n")
     admitted = admit_plan(p)
     assert admitted.mode == "routed" and admitted.total_calls == 0
 
@@ -188,7 +188,7 @@ def test_mode_key_mistakes_do_not_hide_the_rest_of_the_plan(tmp_path):
 
 def test_routed_final_schema_is_checked(tmp_path):
     p = plan(tmp_path, ROUTED.replace("allowed_tools: [echo, hidden, nothere]", "allowed_tools: [ecko]")
-             + "final_profile: {provider: replay, model: r}\nfinal_schema: {type: objekt, properties: {a: {$ref: 'http://x/y'}}}\n")
+             + "final_profile: {provider: openai, model: r}\nfinal_schema: {type: objekt, properties: {a: {$ref: 'http://x/y'}}}\n")
     with pytest.raises(ConfigError) as exc:
         admit_plan(p)
     got = {(x.code, x.hint) for x in exc.value.problems}

@@ -928,20 +928,157 @@ def test_lanes_input_line_that_is_not_a_lane():
 
 
 @covers("TL415")
-def test_missing_or_empty_prompt_fails_closed(monkeypatch, tmp_path):
+def test_missing_empty_or_broken_prompt_fails_closed(monkeypatch, tmp_path):
     import importlib.resources
 
     prompts = tmp_path / "prompts"
     prompts.mkdir()
     (prompts / "router.md").write_text("   \n")  # empty; final.md is missing
+    (prompts / "repair.md").write_text("<!-- turn -->\n{errors}\n")  # no 'error' section
     real = importlib.resources.files
     monkeypatch.setattr(importlib.resources, "files",
                         lambda package: prompts if package == "toolloop_cli.prompts" else real(package))
     text = ROUTED.replace("openia", "openai").replace(", marker]", "]") + "final_profile: {provider: openai, model: m2}\n"
     problems = rejected(plan(text))
-    assert [p.code for p in problems] == ["TL415", "TL415"]
-    assert {p.message.split("'")[1] for p in problems} == {"router.md", "final.md"}
-    assert all("missing or empty" in p.message and "reinstall" in p.hint for p in problems)
+    assert [p.code for p in problems] == ["TL415", "TL415", "TL415"]
+    assert sorted(p.message for p in problems) == [
+        "prompt file 'final.md' is missing or empty in the installed package",
+        "prompt file 'repair.md' is broken: missing section(s): error",
+        "prompt file 'router.md' is missing or empty in the installed package",
+    ]
+    assert all("reinstall" in p.hint for p in problems)
+
+
+# A routed plan that admits; tests add one broken thing at a time.
+GOOD_ROUTED = """
+subagent: w
+mode: routed
+goal: Say hello.
+allowed_tools: [echo]
+router_profile: {provider: openai, model: m1, api_key_env: KEY}
+final_profile: {provider: openai, model: m2, api_key_env: KEY}
+budget: {max_iterations: 2, max_tokens: 100, max_tool_calls: 2, timeout_s: 10}
+"""
+
+
+def test_the_base_routed_plan_admits():
+    assert admit_plan(plan(GOOD_ROUTED)).routed is not None
+
+
+@covers("TL416")
+def test_files_the_plan_names_must_exist_and_not_be_empty():
+    write("prompts/empty.md", "\n  \n")
+    text = GOOD_ROUTED + dedent("""
+    instructions: prompts/missing.md
+    supervisor:
+      judge: {profile: {provider: openai, model: j}, prompt: prompts/empty.md}
+      on_violation: abort
+    """)
+    problems = rejected(plan(text))
+    assert codes(problems) == ["TL416", "TL416"]
+    first, second = problems
+    assert (first.line, first.col) == plan_pos(text, "prompts/missing.md")
+    assert first.message == "instructions file not found: 'prompts/missing.md'" and "relative to the plan" in first.hint
+    assert (second.line, second.col) == plan_pos(text, "prompts/empty.md")
+    assert second.message == "judge prompt file is empty: 'prompts/empty.md'"
+    text = GOOD_ROUTED.replace("provider: openai, model: m2, api_key_env: KEY", "provider: replay, fixture: none.jsonl")
+    found(rejected(plan(text)), "TL416", file="plan.yml", at=plan_pos(text, "none.jsonl"),
+          message=("fixture file not found", "none.jsonl"), hint=("runs export",))
+
+
+@covers("TL417")
+def test_context_that_fails_the_inputs_schema():
+    text = GOOD_ROUTED + dedent("""
+    inputs: {type: object, required: [customer], properties: {customer: {type: string}}}
+    context: {customer: 42}
+    """)
+    found(rejected(plan(text)), "TL417", file="plan.yml", at=plan_pos(text, "{customer: 42}"),
+          message=("context fails the plan's inputs schema", "at /customer: 42 is not of type \"string\""),
+          hint=("matches 'inputs'",))
+    text = GOOD_ROUTED + "inputs: {type: object, required: [customer]}\n"
+    found(rejected(plan(text)), "TL417", file="plan.yml", at=plan_pos(text, "inputs"),
+          message=("\"customer\" is a required property",))
+
+
+@covers("TL418")
+def test_outcomes_that_reuse_engine_names_or_cannot_be_held():
+    text = GOOD_ROUTED + "outcomes: [resolved, timeout, resolved]\n"
+    problems = rejected(plan(text))
+    assert codes(problems) == ["TL418", "TL418"]
+    assert problems[0].message == "outcome 'timeout' is one of the loop's own outcomes"
+    assert (problems[0].line, problems[0].col) == plan_pos(text, "timeout,")
+    assert problems[1].message == "outcome 'resolved' is declared twice"
+    for schema in ("{type: object, additionalProperties: false, properties: {total: {type: number}}}",
+                   "{type: array}",
+                   "{type: object, properties: {outcome: {enum: [done]}}}",
+                   "{type: object, properties: {outcome: {type: integer}}}"):
+        text = GOOD_ROUTED + f"outcomes: [resolved]\nfinal_schema: {schema}\n"
+        found(rejected(plan(text)), "TL418", file="plan.yml", at=plan_pos(text, "final_schema"),
+              message=("final_schema cannot hold an 'outcome' key",), hint=("property 'outcome'",))
+    for schema in ("{type: object, properties: {outcome: {type: string}}, required: [outcome]}",
+                   "{type: object, additionalProperties: false, properties: {outcome: {enum: [resolved, x]}}}",
+                   "{type: object}"):
+        assert admit_plan(plan(GOOD_ROUTED + f"outcomes: [resolved]\nfinal_schema: {schema}\n")).routed.outcomes == ("resolved",)
+
+
+@covers("TL419")
+def test_routes_name_declared_or_engine_outcomes():
+    text = GOOD_ROUTED + "outcomes: [resolved]\nroutes: {resolved: reply, max_iteration: queue, final: done}\n"
+    found(rejected(plan(text)), "TL419", file="plan.yml", at=plan_pos(text, "max_iteration:"),
+          message=("route 'max_iteration' is neither a declared outcome",), hint=("did you mean 'max_iterations'?",))
+
+
+@covers("TL420")
+def test_supervisor_problems():
+    text = GOOD_ROUTED + dedent("""
+    supervisor:
+      rules:
+        - {when: tool_repeated}
+        - {when: budget_fraction, gt: 0.5, count: 2}
+        - {when: effect_count, effect: write, count: 1}
+    """)
+    problems = rejected(plan(text))
+    assert codes(problems) == ["TL420", "TL420", "TL420"]
+    assert [p.message for p in problems] == [
+        "the supervisor needs 'on_violation' when it has rules or a judge",
+        "rule 'tool_repeated' needs 'count'",
+        "rule 'budget_fraction' takes no 'count'",
+    ]
+    assert (problems[2].line, problems[2].col) == plan_pos(text, "count: 2")
+    text = GOOD_ROUTED + "supervisor:\n  rules: [{when: iteration_reached, gte: 3}]\n  on_violation: steer\n"
+    found(rejected(plan(text)), "TL420", file="plan.yml", at=plan_pos(text, "on_violation"),
+          message=("on_violation: steer needs a steer_message",))
+
+
+@covers("TL421")
+def test_fixture_line_that_is_not_a_model_answer():
+    write("fixtures/run.jsonl", '{"type": "receipt"}\n{"type": "model_answer", "n": 1, "role": "router"}\n')
+    text = GOOD_ROUTED.replace("provider: openai, model: m1, api_key_env: KEY", "provider: replay, fixture: fixtures/run.jsonl")
+    found(rejected(plan(text)), "TL421", file="fixtures/run.jsonl", at=(2, 1),
+          message=("model_answer record", "'text' is missing or not a string"), hint=("runs export",))
+
+
+def test_guardrails_resolve_like_tool_callables():
+    text = GOOD_ROUTED + "guardrails:\n  observations: [testapp.tools:echo, testapp.tools:nope]\n  final: [testapp._private:x]\n"
+    problems = rejected(plan(text))
+    assert codes(problems) == ["TL307", "TL305"]
+    assert problems[0].message.startswith("guardrail: 'testapp.tools:nope'")
+    assert (problems[0].line, problems[0].col) == plan_pos(text, "testapp.tools:nope")
+
+
+def test_prices_are_needed_with_max_cost_and_profiles_need_models():
+    text = GOOD_ROUTED.replace("timeout_s: 10}", "timeout_s: 10, max_cost_usd: 0.5}").replace(
+        "model: m1, api_key_env: KEY", "model: m1, api_key_env: KEY, price: {input_per_mtok: 0.4, output_per_mtok: 1.6}")
+    p = found(rejected(plan(text)), "TL410", file="plan.yml", at=plan_pos(text, "final_profile"),
+              message=("max_cost_usd needs a price", "final_profile has none"), hint=("input_per_mtok",))
+    assert "router_profile" not in p.message
+    text = GOOD_ROUTED.replace("model: m2, api_key_env: KEY", "api_key_env: sk-live-abc123")
+    problems = rejected(plan(text))
+    assert [p.message for p in problems] == [
+        "provider 'openai' needs a model",
+        "api_key_env must name an environment variable (letters, digits, '_'), not hold a key",
+    ]
+    assert all("sk-live" not in p.message + p.hint for p in problems)
 
 
 # ---------------------------------------------------------------------------------------------

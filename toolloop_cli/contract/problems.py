@@ -66,6 +66,12 @@ CODES: dict[str, str] = {
     "TL413": "lane payload cannot feed this call",
     "TL414": "lanes input line is not a lane",
     "TL415": "prompt file missing or empty",
+    "TL416": "a file the plan names (instructions, judge prompt, replay fixture) is missing or empty",
+    "TL417": "routed plan: context fails the plan's inputs schema",
+    "TL418": "routed plan: outcome name reused or final_schema cannot hold 'outcome'",
+    "TL419": "routed plan: route key is neither a declared nor an engine outcome",
+    "TL420": "routed plan: supervisor rule or on_violation problem",
+    "TL421": "replay fixture line is not a model answer",
 }
 
 

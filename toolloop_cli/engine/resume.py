@@ -301,7 +301,7 @@ def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interr
                     owner: str) -> tuple[AdmittedPlan, dict]:
     """A routed run is resumed by replaying its journal: the plan is admitted again from its file,
     recorded model answers are reused and settled receipts kept (``engine/routed.py``)."""
-    from .routed import Recording, seconds_used
+    from .recording import Recording, seconds_used
 
     j = _load_contract(run)
     if j.plan_file is None:

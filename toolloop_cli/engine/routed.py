@@ -35,6 +35,7 @@ from ..router.views import Budgets, LoopView, Malformed, Observation
 from .call import execute_call, not_run_receipt
 from .gates import Refuse, Wait, check_call
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
+from .recording import Recording
 from .redact import Scrubber
 from .session import RunnerEnd, RunSession
 
@@ -92,19 +93,6 @@ class _End(Exception):
     def __init__(self, outcome: str, final: Any = None):
         self.outcome = outcome
         self.final = final
-
-
-@dataclass
-class Recording:
-    """What a resumed routed run already has in its journal: model answers to reuse, receipts to
-    keep (by seq), the at-most-once writes that had started, and how the resume treats them."""
-
-    answers: list[dict]
-    receipts: dict[int, dict]
-    started: set[int]
-    retry_failed: bool = False
-    retry_interrupted: bool = False
-    seconds_used: float = 0.0
 
 
 class RoutedRunner:
@@ -394,10 +382,3 @@ class RoutedRunner:
         if errors is None:
             return final
         raise _End("parse_error")
-
-
-def seconds_used(receipts: list[dict], answers: list[dict]) -> float:
-    """Loop time a run spent before it stopped: its model requests and its calls."""
-    return (sum(float(a.get("duration_ms") or 0) for a in answers)
-            + sum(float(r.get("duration_ms") or 0) for r in receipts)) / 1000.0
-

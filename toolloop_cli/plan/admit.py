@@ -56,6 +56,8 @@ class AdmittedPlan:
     spool: Any = None
     #: lanes still to be read and admitted one at a time as the run goes (``run --stream``)
     stream: LaneStream | None = None
+    #: a routed plan's goal, profiles, budgets, prompts and supervisor, read and checked
+    routed: RoutedSpec | None = None
 
     def all_lanes(self) -> Iterable[AdmittedLane]:
         yield from self.lanes
@@ -238,7 +240,7 @@ def admit_plan(
     return admit_declaration(
         decl, col, contract, shown=display_path(path), registry_path=reg_path,
         warnings=[p for p in reg_problems if p.level == "warning"], max_concurrency=max_concurrency,
-        lanes=lanes, lanes_name=lanes_name, spool=spool, stream=stream,
+        lanes=lanes, lanes_name=lanes_name, spool=spool, stream=stream, plan_dir=FsPath(path).parent,
     )
 
 
@@ -255,6 +257,7 @@ def admit_declaration(
     lanes_name: str = "-",
     spool: Any = None,
     stream: bool = False,
+    plan_dir: str | os.PathLike | None = None,
 ) -> AdmittedPlan:
     """Admit an already loaded plan declaration against a compiled contract; problems are
     placed through ``col`` (the plan file's, or the command line's for ``toolloop call``)."""
@@ -270,6 +273,7 @@ def admit_declaration(
     if any(p.level == "error" for p in server_problems):
         raise ConfigError(col.problems + server_problems)
     adm = _Admitter(contract, sub, col)
+    routed = None
     if decl.mode == "sequential":
         if decl.calls is None:
             col.add("TL202", "a sequential plan needs 'calls'", (), "add 'calls:' with a list of calls", at_key=True)
@@ -291,7 +295,8 @@ def admit_declaration(
     else:
         from .routed import admit_routed
 
-        admit_routed(decl, sub, col)
+        routed, other_files = admit_routed(decl, contract, sub, col, plan_dir)
+        adm.extra.extend(other_files)
     adm.limits(("calls",) if decl.mode == "sequential" else ("lanes",) if decl.lanes is not None else ())
     mc = max_concurrency if max_concurrency is not None else decl.max_concurrency
     if decl.mode == "parallel":
@@ -316,7 +321,9 @@ def admit_declaration(
         warnings=warnings,
         spool=spool if spool is not None and spool.lanes else None,
         stream=LaneStream(adm, lanes, lanes_name) if stream and lanes is not None else None,
+        routed=routed,
     )
 
 
 from .lanes import LaneStream, read_lanes  # noqa: E402 - they build on _Admitter above
+from .routed import RoutedSpec  # noqa: E402 - named in AdmittedPlan's annotations

@@ -12,7 +12,7 @@ MODE_KEYS = {
     "sequential": {"calls"},
     "parallel": {"lanes", "max_concurrency"},
     "routed": {"goal", "context", "allowed_tools", "router_profile", "final_profile", "budget",
-               "final_schema", "supervisor"},
+               "final_schema", "supervisor", "instructions", "inputs", "outcomes", "routes", "guardrails"},
 }
 
 
@@ -28,14 +28,20 @@ class LaneDecl(Closed):
     payload: Optional[dict[str, Any]] = None
 
 
+class PriceDecl(Closed):
+    input_per_mtok: Annotated[float, Field(ge=0)]
+    output_per_mtok: Annotated[float, Field(ge=0)]
+
+
 class ProfileDecl(Closed):
     provider: StrictStr
-    model: StrictStr
+    model: Optional[StrictStr] = None  # required except for replay
     base_url: Optional[StrictStr] = None
     api_key_env: Optional[StrictStr] = None
     temperature: Optional[float] = None
     max_output_tokens: Optional[Annotated[int, Field(ge=1)]] = None
-    fixture: Optional[StrictStr] = None  # replay provider: a recorded answers file
+    price: Optional[PriceDecl] = None
+    fixture: Optional[StrictStr] = None  # replay provider: recorded answers, relative to the plan
 
 
 class BudgetDecl(Closed):
@@ -43,21 +49,35 @@ class BudgetDecl(Closed):
     max_tokens: Annotated[int, Field(ge=1)]
     max_tool_calls: Annotated[int, Field(ge=0)]
     timeout_s: Annotated[float, Field(gt=0)]
+    max_cost_usd: Optional[Annotated[float, Field(gt=0)]] = None
 
 
 class RuleDecl(Closed):
     when: Literal["tool_repeated", "budget_fraction", "iteration_reached", "effect_count"]
-    count: Optional[Annotated[int, Field(ge=1)]] = None
+    count: Optional[Annotated[int, Field(ge=0)]] = None
     tool: Optional[StrictStr] = None
-    gt: Optional[float] = None
+    gt: Optional[Annotated[float, Field(ge=0, lt=1)]] = None
     gte: Optional[Annotated[int, Field(ge=1)]] = None
     effect: Optional[Literal["read", "write", "destructive"]] = None
 
 
+class JudgeDecl(Closed):
+    profile: ProfileDecl
+    prompt: StrictStr  # a file, relative to the plan
+
+
 class SupervisorDecl(Closed):
     rules: list[RuleDecl] = []
-    on_violation: Literal["abort", "pause", "steer"] = "abort"
+    judge: Optional[JudgeDecl] = None
+    every_n_iterations: Annotated[int, Field(ge=1)] = 1
+    on_violation: Optional[Literal["abort", "pause", "steer"]] = None
+    on_judge_error: Literal["ignore", "pause", "abort"] = "ignore"
     steer_message: Optional[StrictStr] = None
+
+
+class GuardrailsDecl(Closed):
+    observations: list[StrictStr] = []
+    final: list[StrictStr] = []
 
 
 class PlanDecl(Closed):
@@ -78,3 +98,8 @@ class PlanDecl(Closed):
     budget: Optional[BudgetDecl] = None
     final_schema: Optional[Schema] = None
     supervisor: Optional[SupervisorDecl] = None
+    instructions: Optional[StrictStr] = None  # a file, relative to the plan
+    inputs: Optional[Schema] = None  # the schema of `context`
+    outcomes: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
+    routes: Optional[dict[str, StrictStr]] = None
+    guardrails: Optional[GuardrailsDecl] = None

@@ -1,0 +1,180 @@
+"""The provider seam: a model request in, a reply with its token usage out.
+
+A provider makes one request per call, non-streaming, with no retries or deadlines of its own:
+the engine's routed runner retries what ``ProviderError.retryable`` says may be retried, honours
+``retry_after_s``, and bounds everything by the loop's deadline.
+
+    ProviderError.kind
+    ├── connection     the server could not be reached, or did not answer in time  (retryable)
+    ├── rate_limited   HTTP 429                                                    (retryable)
+    ├── server         HTTP 5xx                                                    (retryable)
+    ├── client         any other refusal: 4xx, a missing key variable, a replay that ran out
+    └── bad_reply      a 2xx reply that holds no text or no token usage
+
+An API key is read from its environment variable when each request is made, sent in a header
+and nowhere else: no message, repr or traceback of this package ever holds it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Mapping, Protocol
+
+from .._canonical import sha256_of
+
+PROVIDERS = ("openai", "anthropic", "replay")
+ERROR_KINDS = ("connection", "rate_limited", "server", "client", "bad_reply")
+_RETRYABLE = frozenset({"connection", "rate_limited", "server"})
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """US dollars per million tokens (never defaulted)."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A model profile as admitted: every value explicit, ``fixture`` resolved to a path."""
+
+    provider: str
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    temperature: float | None = None
+    max_output_tokens: int | None = None
+    price: Price | None = None
+    fixture: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One non-streaming request. ``role`` (router, final, judge) lets a replay check that the
+    run asks for the answers in the order they were recorded."""
+
+    messages: tuple[Mapping[str, str], ...] | list[Mapping[str, str]]
+    model: str | None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    json_mode: bool = False
+    role: str | None = None
+
+    def sha256(self) -> str:
+        """Hash of what is asked (messages, model, sampling): the ``request_sha256`` of a
+        recorded answer."""
+        return sha256_of({"messages": [dict(m) for m in self.messages], "model": self.model,
+                          "temperature": self.temperature, "max_tokens": self.max_tokens,
+                          "json_mode": self.json_mode})
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    text: str
+    input_tokens: int
+    output_tokens: int
+    model: str
+
+
+class ProviderError(Exception):
+    """A request that got no usable reply; see the module docstring for the kinds."""
+
+    def __init__(self, kind: str, message: str, *, status: int | None = None, retryable: bool | None = None,
+                 retry_after_s: float | None = None):
+        if kind not in ERROR_KINDS:
+            raise ValueError(f"unknown provider error kind {kind!r}")
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.retryable = kind in _RETRYABLE if retryable is None else retryable
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+    def __repr__(self) -> str:
+        return f"ProviderError({self.kind!r}, {self.message!r}, status={self.status!r}, retry_after_s={self.retry_after_s!r})"
+
+
+class Provider(Protocol):
+    async def complete(self, request: ModelRequest, timeout_s: float) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` value: delay-seconds or an HTTP date; ``None``
+    when absent or unreadable; never negative."""
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - (now or datetime.now(timezone.utc))).total_seconds()
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN or infinite
+        return None
+    return max(seconds, 0.0)
+
+
+def make_provider(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike | None = None,
+                  replay_answers: Any = None) -> Provider:
+    """The provider a profile names. ``env`` is where API keys are read (at request time);
+    ``plan_dir`` resolves a relative ``fixture``; ``replay_answers`` (a ``ReplayAnswers``)
+    answers a replay profile instead of its fixture, e.g. a recorded run's answers."""
+    if profile.provider == "openai":
+        from .openai import OpenAIProvider
+
+        return OpenAIProvider(profile, env)
+    if profile.provider == "anthropic":
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider(profile, env)
+    if profile.provider == "replay":
+        from .replay import ReplayAnswers, ReplayProvider
+
+        if replay_answers is None:
+            if profile.fixture is None:
+                raise ValueError("a replay profile needs a fixture, or recorded answers")
+            replay_answers = ReplayAnswers.from_fixture(_resolved(profile.fixture, plan_dir))
+        return ReplayProvider(replay_answers)
+    raise ValueError(f"unknown provider {profile.provider!r} (known: {', '.join(PROVIDERS)})")
+
+
+def make_providers(profiles: Mapping[str, Profile], *, env: Mapping[str, str],
+                   plan_dir: str | os.PathLike | None = None, replay_answers: Any = None) -> dict[str, Provider]:
+    """One provider per named profile (router, final, judge). Replay profiles that name the
+    same fixture share one cursor over it, so one fixture serves every profile in recorded order."""
+    from .replay import ReplayAnswers
+
+    shared: dict[str, Any] = {}
+    out: dict[str, Provider] = {}
+    for name, profile in profiles.items():
+        answers = replay_answers
+        if profile.provider == "replay" and answers is None and profile.fixture is not None:
+            path = _resolved(profile.fixture, plan_dir)
+            if path not in shared:
+                shared[path] = ReplayAnswers.from_fixture(path)
+            answers = shared[path]
+        out[name] = make_provider(profile, env=env, plan_dir=plan_dir, replay_answers=answers)
+    return out
+
+
+def _resolved(fixture: str, plan_dir: str | os.PathLike | None) -> str:
+    if plan_dir is None or os.path.isabs(fixture):
+        return fixture
+    return os.path.join(os.fspath(plan_dir), fixture)

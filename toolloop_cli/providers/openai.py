@@ -1,0 +1,51 @@
+"""The Chat Completions protocol (OpenAI, and with ``base_url`` any compatible server: vLLM,
+llama.cpp, Ollama, LM Studio)."""
+
+from __future__ import annotations
+
+from .base import ModelReply, ModelRequest, ProviderError
+from ._http import HttpProvider, request_model, shown_url, tokens
+
+
+class OpenAIProvider(HttpProvider):
+    name = "openai"
+    default_base_url = "https://api.openai.com/v1"
+
+    async def complete(self, request: ModelRequest, timeout_s: float) -> ModelReply:
+        key = self._key()
+        model = request_model(request, self._profile)
+        body: dict = {"model": model, "messages": [{"role": m["role"], "content": m["content"]} for m in request.messages],
+                      "stream": False}
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if request.json_mode:
+            body["response_format"] = {"type": "json_object"}
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        data = await self._post("/chat/completions", headers, body, timeout_s, key)
+        where = shown_url(self._base_url)
+        choices = data.get("choices")
+        message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        if not isinstance(message, dict):
+            raise ProviderError("bad_reply", f"{where} replied without choices[0].message")
+        text = _text(message.get("content"))
+        if text is None:
+            reason = choices[0].get("finish_reason")
+            raise ProviderError("bad_reply", f"{where} replied with no text (finish_reason: {reason!s:.40})")
+        usage = data.get("usage")
+        input_tokens, output_tokens = tokens(usage, "prompt_tokens"), tokens(usage, "completion_tokens")
+        if input_tokens is None or output_tokens is None:
+            raise ProviderError("bad_reply", f"{where} reported no token usage (usage.prompt_tokens, "
+                                             "usage.completion_tokens); budgets need it")
+        reply_model = data.get("model") if isinstance(data.get("model"), str) else model
+        return ModelReply(text, input_tokens, output_tokens, reply_model)
+
+
+def _text(content: object) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts, as some compatible servers send
+        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(parts) if parts else None
+    return None

@@ -1,0 +1,140 @@
+"""Replay: answers recorded in an earlier run (its journal, or a fixture file exported with
+``toolloop runs export``), handed out in recorded order. No network; the recorded token usage
+is what the run is charged, so budgets end a replay where they ended the recording.
+
+A fixture is JSON Lines. Lines whose ``type`` is ``model_answer`` are answers; every other
+record (receipts, decisions, the summary) is ignored, so an export is a fixture as it is.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable
+
+from .base import ModelReply, ModelRequest, ProviderError
+
+ROLES = ("router", "final", "judge")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedAnswer:
+    """One ``model_answer`` record."""
+
+    n: int
+    role: str
+    model: str
+    text: str
+    input_tokens: int
+    output_tokens: int
+    request_sha256: str | None = None
+    run_id: str | None = None
+
+
+class FixtureError(Exception):
+    """A fixture that cannot serve: ``line`` is 0 for the file as a whole."""
+
+    def __init__(self, path: str, line: int, message: str):
+        self.path = path
+        self.line = line
+        self.message = message
+        super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+
+
+def answer_from_record(record: dict) -> RecordedAnswer:
+    """A ``model_answer`` record checked field by field; ``ValueError`` says what is wrong."""
+    def need(key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> object:
+        value = record.get(key)
+        if value is None and optional:
+            return None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"'{key}' is missing or not {'a string' if kind is str else 'an integer'}")
+        return value
+
+    n, text, model = need("n", int), need("text", str), need("model", str)
+    role = need("role", str)
+    if role not in ROLES:
+        raise ValueError(f"'role' must be one of {', '.join(ROLES)}")
+    tin, tout = need("input_tokens", int), need("output_tokens", int)
+    if tin < 0 or tout < 0:  # type: ignore[operator]
+        raise ValueError("token counts cannot be negative")
+    return RecordedAnswer(n, role, model, text, tin, tout,  # type: ignore[arg-type]
+                          need("request_sha256", str, optional=True), need("run_id", str, optional=True))  # type: ignore[arg-type]
+
+
+def read_fixture(path: str | os.PathLike) -> tuple[RecordedAnswer, ...]:
+    """The answers of a fixture file, in file order; ``FixtureError`` names the line at fault."""
+    import orjson
+
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        raise FixtureError(name, 0, "fixture file not found") from None
+    except IsADirectoryError:
+        raise FixtureError(name, 0, "fixture path is a folder, not a file") from None
+    except OSError as exc:
+        raise FixtureError(name, 0, f"fixture file cannot be read ({exc.strerror or type(exc).__name__})") from None
+    answers = []
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise FixtureError(name, i, f"line is not JSON ({exc})") from None
+        if not isinstance(record, dict):
+            raise FixtureError(name, i, "line is not a JSON object")
+        if record.get("type") != "model_answer":
+            continue
+        try:
+            answers.append(answer_from_record(record))
+        except ValueError as exc:
+            raise FixtureError(name, i, f"model_answer record: {exc}") from None
+    if not answers:
+        raise FixtureError(name, 0, "fixture holds no model_answer records")
+    return tuple(answers)
+
+
+class ReplayAnswers:
+    """A cursor over recorded answers, shared by every replay profile of a run."""
+
+    def __init__(self, answers: Iterable[RecordedAnswer], source: str = "the recording"):
+        self.answers = tuple(answers)
+        self.source = source
+        self.position = 0
+
+    @classmethod
+    def from_fixture(cls, path: str | os.PathLike) -> ReplayAnswers:
+        return cls(read_fixture(path), os.fspath(path))
+
+    def take(self, role: str | None) -> RecordedAnswer:
+        if self.position >= len(self.answers):
+            raise ProviderError("client", f"{self.source} has no answer left ({len(self.answers)} recorded); "
+                                          "the run asked for more than was recorded")
+        answer = self.answers[self.position]
+        if role is not None and answer.role != role:
+            raise ProviderError("client", f"{self.source}: recorded answer {self.position + 1} is a '{answer.role}' "
+                                          f"answer but the run asked for '{role}'; the run diverged from the recording")
+        self.position += 1
+        return answer
+
+
+class ReplayProvider:
+    """Answers from a recording: no network, the recorded usage charged."""
+
+    name = "replay"
+
+    def __init__(self, answers: ReplayAnswers):
+        self.answers = answers
+
+    def __repr__(self) -> str:
+        return f"ReplayProvider(source={self.answers.source!r}, position={self.answers.position})"
+
+    async def complete(self, request: ModelRequest, timeout_s: float) -> ModelReply:
+        a = self.answers.take(request.role)
+        return ModelReply(a.text, a.input_tokens, a.output_tokens, a.model)
+
+    async def aclose(self) -> None:
+        return None

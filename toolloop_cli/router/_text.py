@@ -1,0 +1,101 @@
+"""Small text helpers shared by the router: excerpts, bounds, data escaping, strict JSON."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+EXCERPT_CHARS = 80
+_FENCE = re.compile(r"\A```[A-Za-z0-9_+-]*[ \t]*\r?\n(?P<body>.*?)\r?\n?```\s*\Z", re.DOTALL)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """At most ``limit`` characters of ``text``, control characters escaped, quoted."""
+    short = text[:limit]
+    shown = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), short)
+    return "'" + shown + ("…'" if len(text) > limit else "'")
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was left out (deterministic)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters not shown]"
+
+
+def to_json(value: Any) -> str:
+    """Deterministic, compact JSON for showing a value to a model (keys sorted, Unicode kept)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(", ", ": "), default=_fallback)
+
+
+def _fallback(value: Any) -> str:
+    return f"<{type(value).__name__}>"
+
+
+def as_data(text: str) -> str:
+    """Text made safe to place between data delimiters: ``<`` and ``>`` become JSON escapes, so
+    nothing inside a data block can close it or open another block."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def one_object(text: str, what: str) -> dict | str:
+    """The single JSON object a reply holds (a Markdown code fence around it is accepted), or
+    why there is none, written for the model to act on. ``what`` names the expected object."""
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    if fenced:
+        body = fenced.group("body").strip()
+    if not body:
+        return f"the reply is empty; reply with exactly one JSON object ({what})"
+    if body.startswith("```") and not fenced:
+        return f"the reply has text outside its code fence; reply with the JSON object only ({what})"
+    if not body.startswith("{"):
+        try:
+            other = json.loads(body)
+        except ValueError:
+            pass
+        else:
+            return f"the reply is {kind_of(other)}, not a JSON object; reply with exactly one JSON object ({what})"
+        where = body.find("{")
+        if where > 0:
+            return (f"the reply has text before the JSON object ({excerpt(body[:where])}); "
+                    f"reply with the JSON object only ({what})")
+        return f"the reply is not a JSON object ({excerpt(body)}); reply with exactly one JSON object ({what})"
+    decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    try:
+        value, end = decoder.raw_decode(body)
+    except _Duplicate as exc:
+        return f"the JSON object repeats the key {excerpt(str(exc))}; give each key once"
+    except ValueError as exc:
+        return f"the reply is not valid JSON ({exc}); reply with exactly one JSON object ({what})"
+    rest = body[end:].strip()
+    if rest:
+        return (f"the reply has text after the JSON object ({excerpt(rest)}); "
+                f"reply with one JSON object and nothing else ({what})")
+    return value
+
+
+def kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}.get(
+        type(value), type(value).__name__)

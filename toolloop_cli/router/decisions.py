@@ -1,0 +1,131 @@
+"""The decision contract: the router model's prompt for one turn, and its reply parsed strictly.
+
+The model is shown the goal, the caller's context, the App's guidance, the allowed tools, the
+observations of earlier turns and the remaining budgets. Context, tool declarations and
+observations sit between tags and are escaped so that nothing inside them can close a tag:
+tool output is data, never instructions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._text import as_data, bounded, excerpt, kind_of, one_object, to_json
+from .prompts import Prompts, packaged_prompts
+from .views import Budgets, LoopView, Malformed, Message, Observation
+
+#: bounds on what one turn shows the model of values it did not write itself
+ARGS_CHARS = 600
+CONTEXT_CHARS = 8000
+SCHEMA_CHARS = 4000
+
+_KEYS = {
+    "call": ("action", "tool", "args", "reason"),
+    "final": ("action", "reason"),
+    "abort": ("action", "reason"),
+}
+_SHAPES = ('{"action": "call", "tool": "...", "args": {...}, "reason": "..."}, '
+           '{"action": "final", "reason": "..."} or {"action": "abort", "reason": "..."}')
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One valid decision: ``tool`` and ``args`` are set for ``call`` only."""
+
+    action: Literal["call", "final", "abort"]
+    reason: str
+    tool: str | None = None
+    args: dict[str, Any] | None = None
+
+
+def router_messages(view: LoopView, prompts: Prompts | None = None) -> list[Message]:
+    """The messages of one router turn: the packaged system prompt (with the App's guidance)
+    and the turn's state."""
+    p = (prompts or packaged_prompts()).router
+    system = p.fill("system")
+    if view.instructions:
+        system += "\n\n" + p.fill("guidance", instructions=view.instructions.strip())
+    tools = "\n".join(
+        p.fill("tool", id=attr(t.id), effect=attr(t.effect), description=as_data(t.description),
+               input_schema=as_data(bounded(to_json(t.input_schema), SCHEMA_CHARS)))
+        for t in view.tools
+    )
+    turn = p.fill(
+        "turn",
+        goal=view.goal,
+        context=show_context(view.context),
+        tools=tools,
+        observations=show_observations(view.observations, p, with_rejections=True),
+        budgets=show_budgets(view.budgets, p, "budgets"),
+        steer="".join("\n" + p.fill("steer", message=m) + "\n" for m in view.steer),
+    )
+    return [{"role": "system", "content": system}, {"role": "user", "content": turn}]
+
+
+def show_context(context: Any) -> str:
+    return as_data(bounded(to_json(context), CONTEXT_CHARS))
+
+
+def attr(value: Any) -> str:
+    """A value placed inside a tag's attribute: no quote, no angle bracket, bounded."""
+    text = "" if value is None else str(value)
+    return as_data(bounded(text, 120)).replace('"', "\\u0022")
+
+
+def show_observations(observations: tuple[Observation, ...], p: Any, *, with_rejections: bool) -> str:
+    shown = []
+    for o in observations:
+        if o.rejected is not None:
+            if not with_rejections:
+                continue
+            shown.append(p.fill("rejection", iteration=o.iteration, tool=attr(o.tool), kind=attr(o.rejected),
+                                args=show_args(o.args), summary=as_data(o.summary)))
+        else:
+            shown.append(p.fill("observation", iteration=o.iteration, tool=attr(o.tool), status=attr(o.status),
+                                args=show_args(o.args), summary=as_data(o.summary)))
+    return "\n".join(shown) if shown else p.fill("none_yet")
+
+
+def show_args(args: Any) -> str:
+    return as_data(bounded(to_json(args), ARGS_CHARS))
+
+
+def show_budgets(b: Budgets, p: Any, section: str) -> str:
+    cost = "" if b.cost_left_usd is None else p.fill("cost_left", cost_left_usd=f"{max(b.cost_left_usd, 0.0):.4f}")
+    return p.fill(section, iterations_left=max(b.iterations_left, 0), tokens_left=max(b.tokens_left, 0),
+                  tool_calls_left=max(b.tool_calls_left, 0), seconds_left=int(max(b.seconds_left, 0.0)),
+                  cost_left=cost)
+
+
+def parse_decision(text: str) -> Decision | Malformed:
+    """The one decision a reply holds, or ``Malformed`` saying why there is none."""
+    value = one_object(text, "a decision")
+    if isinstance(value, str):
+        return Malformed(value)
+    action = value.get("action")
+    if "action" not in value:
+        return Malformed(f"the decision has no 'action'; write one of {_SHAPES}")
+    if not isinstance(action, str) or action not in _KEYS:
+        return Malformed(f"unknown action {excerpt(str(action))}; the action is 'call', 'final' or 'abort'")
+    keys = _KEYS[action]
+    extra = sorted(k for k in value if k not in keys)
+    if extra:
+        hint = "; the answer itself is written in the next step" if action == "final" else ""
+        return Malformed(f"a '{action}' decision has only the keys {', '.join(keys)}; "
+                         f"remove {', '.join(excerpt(k) for k in extra)}{hint}")
+    missing = [k for k in keys if k not in value]
+    if missing:
+        return Malformed(f"the '{action}' decision lacks {', '.join(repr(k) for k in missing)}; write {_SHAPES}")
+    reason = value["reason"]
+    if not isinstance(reason, str):
+        return Malformed("'reason' must be a string")
+    if action != "call":
+        return Decision(action, reason)
+    tool, args = value["tool"], value["args"]
+    if not isinstance(tool, str) or not tool.strip():
+        return Malformed("'tool' must be the id of one of the tools listed, as a string")
+    if not isinstance(args, dict):
+        return Malformed(f"'args' must be a JSON object of the tool's arguments, not {kind_of(args)}")
+    return Decision("call", reason, tool, args)
+
