@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from . import lint_cmds, run_cmds, runs_cmds
+from . import lint_cmds, routed_cmds, run_cmds, runs_cmds
 
 app = typer.Typer(
     name="toolloop",
@@ -45,6 +45,8 @@ app.command()(run_cmds.run)
 app.command()(run_cmds.call)
 app.command()(runs_cmds.resume)
 app.command()(runs_cmds.approve)
+app.command()(routed_cmds.replay)
+runs_cmds.runs_app.command("export")(routed_cmds.export)
 app.add_typer(runs_cmds.runs_app, name="runs")
 
 

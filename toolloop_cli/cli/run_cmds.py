@@ -166,7 +166,7 @@ def _open_store(state_dir: Optional[Path]) -> Any:
 def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[float], no_cache: bool,
              refresh_cache: bool, state_dir: Optional[Path], audit: Optional[Path], max_output_bytes: int,
              resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None,
-             approve: str = "ask") -> None:
+             approve: str = "ask", replay: Any = None) -> Any:
     from ..engine.run import RunOptions, execute_plan
 
     def notice(text: str) -> None:
@@ -201,9 +201,9 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     try:
         if progress is not None:
             with progress:
-                result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id)
+                result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id, replay=replay)
         else:
-            result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id)
+            result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id, replay=replay)
         out.close()
     except BrokenPipeError:
         quiet_broken_pipe()
@@ -223,6 +223,8 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
             notice(f"call {call_key}{f' (lane {item_key})' if item_key else ''} waits for approval: "
                    f"toolloop approve {rid} {call_key}{f' --item {item_key}' if item_key else ''} --approve|--reject")
         notice(f"stopped early; resume with: toolloop resume {rid}")
+    if replay is not None:
+        return result  # the caller sets the exit code (replay: on divergence alone)
     raise typer.Exit(result.exit_code)
 
 

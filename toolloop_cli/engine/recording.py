@@ -1,4 +1,6 @@
-"""What a stopped routed run left in its journal, for the routed runner to replay on resume."""
+"""What a routed run left in its journal, for the routed runner to go through again: on ``resume``
+(the same run goes on: recorded answers reused, settled receipts kept) or on ``replay`` (a new run
+answered by the recorded answers; tools run again or their recorded results are taken)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,23 @@ class Recording:
     retry_failed: bool = False
     retry_interrupted: bool = False
     seconds_used: float = 0.0
+    #: replay a recorded run as a new run instead of resuming it
+    replay: bool = False
+    offline: bool = False  # replay: every tool result from the recording
+    execute_writes: bool = False  # replay: run write and destructive tools again too
+
+    def replayed_receipt(self, seq: int, tool: object) -> dict | None:
+        """On replay, the recorded receipt a call takes instead of running: every call offline,
+        else writes (unless ``execute_writes``) and gated calls (their recorded answer is reused)."""
+        rec = self.receipts.get(seq)
+        if rec is None or rec.get("tool") != getattr(tool, "id", None):
+            return None
+        effect = getattr(tool, "effect", "read")
+        if self.offline or getattr(tool, "approval", None) is not None:
+            return rec
+        if effect in ("write", "destructive") and not self.execute_writes:
+            return rec
+        return None
 
 
 def seconds_used(receipts: list[dict], answers: list[dict]) -> float:

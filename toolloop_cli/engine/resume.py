@@ -297,6 +297,18 @@ def prepare_resume(
     }
 
 
+def admit_journaled(run: dict, j: _Journaled | None = None) -> AdmittedPlan:
+    """A routed run's plan admitted again from its file, which must be the one the run used."""
+    j = j or _load_contract(run)
+    if j.plan_file is None:
+        raise _refuse(f"the run's plan file {j.plan_path} no longer exists; a routed run is read again from it")
+    plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=j.opts.get("app_root"),
+                      default_timeout_s=j.opts.get("default_timeout_s"))
+    if plan.plan_sha256 != run["plan_sha256"]:
+        raise _refuse(f"the plan {j.plan_path} changed since run {j.run_id} started; it must be the same plan")
+    return plan
+
+
 def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interrupted: bool,
                     owner: str) -> tuple[AdmittedPlan, dict]:
     """A routed run is resumed by replaying its journal: the plan is admitted again from its file,
@@ -304,12 +316,7 @@ def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interr
     from .recording import Recording, seconds_used
 
     j = _load_contract(run)
-    if j.plan_file is None:
-        raise _refuse(f"the run's plan file {j.plan_path} no longer exists; a routed run is resumed from it")
-    plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=j.opts.get("app_root"),
-                      default_timeout_s=j.opts.get("default_timeout_s"))
-    if plan.plan_sha256 != run["plan_sha256"]:
-        raise _refuse(f"the plan {j.plan_path} changed since run {j.run_id} started; resume needs the same plan")
+    plan = admit_journaled(run, j)
     receipts = store.receipts_of(j.run_id)
     answers = store.model_answers_of(j.run_id)
     recording = Recording(answers=answers, receipts={r["seq"]: r for r in receipts},

@@ -119,7 +119,7 @@ class RoutedRunner:
 
     def begin(self, session: RunSession) -> None:
         plan = self.plan
-        if self.recording is not None:
+        if self.recording is not None and not self.recording.replay:
             session.store.clear_records(session.run_id)  # printed again as the loop replays
             session.store.reopen_run(session.run_id)
             return
@@ -136,8 +136,15 @@ class RoutedRunner:
 
     async def __call__(self, session: RunSession) -> RunnerEnd:
         self.session = session
-        providers = self.spec.make_providers(self.env)
-        recorded = self.recording.answers if self.recording is not None else ()
+        rec = self.recording
+        replay_answers = None
+        recorded: Any = rec.answers if rec is not None else ()
+        if rec is not None and rec.replay:
+            from ..providers.replay import ReplayAnswers, answer_from_record
+
+            replay_answers = ReplayAnswers([answer_from_record(a) for a in rec.answers], "the recorded run")
+            recorded = ()
+        providers = self.spec.make_providers(self.env, replay_answers=replay_answers)
         self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
                                  rng=session.ctx.services.rng)
         budget = self.spec.budget
@@ -303,6 +310,11 @@ class RoutedRunner:
             self.seq += 1
             session.settlement.keep(kept)  # type: ignore[union-attr]
             return kept
+        copied = self._replayed(seq, tool, it)
+        if copied is not None:
+            self.seq += 1
+            session.settlement.settle(copied)  # type: ignore[union-attr]
+            return copied
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
         if isinstance(verdict, Wait):
             session.state.paused.append((None, call_key))
@@ -322,8 +334,21 @@ class RoutedRunner:
         session.settlement.settle(receipt)  # type: ignore[union-attr]
         return receipt
 
+    def _replayed(self, seq: int, tool: Any, it: int) -> Receipt | None:
+        """On replay, the recorded receipt as this run's own (new ids, this run's completion order)."""
+        if self.recording is None or not self.recording.replay:
+            return None
+        rec = self.recording.replayed_receipt(seq, tool)
+        if rec is None:
+            return None
+        ctx = self.session.ctx
+        return Receipt.from_record({**rec, "run_id": ctx.run_id, "receipt_id": ctx.sequence.new_receipt_id(),
+                                    "completion_seq": ctx.sequence.next_completion(), "iteration": it})
+
     def _kept(self, seq: int, tool: Any) -> Receipt | None:
-        rec = self.recording.receipts.get(seq) if self.recording is not None else None
+        if self.recording is None or self.recording.replay:
+            return None
+        rec = self.recording.receipts.get(seq)
         if rec is None or rec["tool"] != tool.id or rec["status"] == "cancelled":
             return None
         status = rec["status"]
@@ -335,7 +360,7 @@ class RoutedRunner:
 
     def _in_flight_write(self, seq: int, tool: Any) -> bool:
         rec = self.recording
-        return (rec is not None and not rec.retry_interrupted and seq in rec.started
+        return (rec is not None and not rec.replay and not rec.retry_interrupted and seq in rec.started
                 and tool.effect in ("write", "destructive") and not tool.idempotent)
 
     def _shown_args(self, decision: Decision | Malformed) -> Any:

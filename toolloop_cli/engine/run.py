@@ -81,13 +81,14 @@ class LanesRunner:
 
 
 def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions, *, run_id: str | None = None,
-                 resume: dict | None = None) -> RunResult:
+                 resume: dict | None = None, replay: Any = None) -> RunResult:
     """Run an admitted plan to its end (or interruption). Every receipt is committed to the
     journal before ``emit`` sees it; the summary is emitted last.
 
     ``store`` is a ``Store`` or anything with the same methods. ``resume`` (from
     ``prepare_resume``) carries the receipts already settled, the lease owner, and where
-    ``completion_seq`` goes on.
+    ``completion_seq`` goes on. ``replay`` (from ``replay.prepare_replay``) runs a recorded routed
+    run again as this new run.
     """
     session = RunSession(store, emit, options, run_id=run_id or new_run_id(), contract=plan.contract,
                          mode=plan.mode, subagent=plan.subagent.id, total_calls=plan.total_calls,
@@ -95,5 +96,6 @@ def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions
     if plan.mode == "routed":
         from .routed import RoutedRunner
 
-        return session.run(RoutedRunner(plan, recording=resume["recording"] if resume is not None else None))
+        recording = replay if replay is not None else resume["recording"] if resume is not None else None
+        return session.run(RoutedRunner(plan, recording=recording))
     return session.run(LanesRunner(plan, resume))

@@ -1,0 +1,81 @@
+"""``toolloop replay``: a recorded routed run run again from its recorded model answers (no network,
+no new spend), and what differs from the recording.
+
+Read tools run again (cache off); write and destructive tools take their recorded results unless
+``execute_writes``; gated calls take their recorded answer; ``offline`` takes every tool result
+from the recording, so prompts, guardrails and the engine are checked with no tool and no model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..plan.admit import AdmittedPlan
+from ..store import Store
+from .recording import Recording
+
+#: keys that differ between any two runs and are not compared
+_VOLATILE = frozenset({"run_id", "receipt_id", "parent_receipt_id", "parallel_batch_id", "completion_seq",
+                       "started_at", "finished_at", "duration_ms"})
+
+
+def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bool) -> tuple[AdmittedPlan, Recording]:
+    """The recorded run's plan, admitted again from its file, and its recording to replay."""
+    from ..errors import UsageError
+    from .resume import admit_journaled
+
+    if run["mode"] != "routed":
+        raise UsageError(f"run {run['run_id']} is a {run['mode']} run; replay re-runs routed runs")
+    plan = admit_journaled(run)
+    receipts = store.receipts_of(run["run_id"])
+    recording = Recording(answers=store.model_answers_of(run["run_id"]), receipts={r["seq"]: r for r in receipts},
+                          started=set(), replay=True, offline=offline, execute_writes=execute_writes)
+    return plan, recording
+
+
+def _comparable(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k not in _VOLATILE}
+
+
+def _label(rec: dict) -> str:
+    if rec.get("type") == "decision":
+        return f"decision {rec.get('iteration')}"
+    return f"receipt {rec.get('seq')} ({rec.get('tool')}, iteration {rec.get('iteration')})"
+
+
+def differences(recorded: list[dict], replayed: list[dict]) -> list[str]:
+    """Each decision or receipt of the replay that differs from the recording (times, ids and
+    completion order aside), one line each; the summary's outcome and answer too."""
+    def pick(records: list[dict]) -> list[dict]:
+        return [r for r in records if r.get("type") in ("decision", "receipt")]
+
+    old, new = pick(recorded), pick(replayed)
+    out = []
+    for i in range(max(len(old), len(new))):
+        a = old[i] if i < len(old) else None
+        b = new[i] if i < len(new) else None
+        if a is None:
+            out.append(f"{_label(b)}: not in the recording")  # type: ignore[arg-type]
+        elif b is None:
+            out.append(f"{_label(a)}: recorded, but the replay ended before it")
+        elif _comparable(a) != _comparable(b):
+            keys = sorted(k for k in set(a) | set(b) if k not in _VOLATILE and a.get(k) != b.get(k))
+            out.append(f"{_label(a)}: differs in {', '.join(keys)}")
+    old_sum = next((r for r in recorded if r.get("type") == "summary"), None)
+    new_sum = next((r for r in replayed if r.get("type") == "summary"), None)
+    if old_sum is not None and new_sum is not None:
+        for key in ("outcome", "final", "route"):
+            if old_sum.get(key) != new_sum.get(key):
+                out.append(f"summary: {key} differs")
+    return out
+
+
+def recorded_records(store: Store, run: dict) -> list[dict]:
+    """The recorded run's records in the order it printed them, summary last."""
+    from .history import in_output_order, with_other_records
+
+    records: list[Any] = with_other_records(in_output_order(store.receipts_of(run["run_id"]), run["total_calls"]),
+                                            store.records_of(run["run_id"]))
+    if run.get("summary"):
+        records.append(run["summary"])
+    return records
