@@ -6,8 +6,8 @@
 _toolloop_subcommands()
 {
     case "$1" in
-        "toolloop") echo "approve call lock resume run runs schema tools validate" ;;
-        "toolloop runs") echo "list show" ;;
+        "toolloop") echo "approve call lock replay resume run runs schema tools validate" ;;
+        "toolloop runs") echo "export list show" ;;
     esac
 }
 
@@ -19,9 +19,11 @@ _toolloop_options()
         "toolloop approve") echo "--approve --args --help --item --message --reject --state-dir -h" ;;
         "toolloop call") echo "--args --format --help --no-cache --state-dir --timeout -f -h" ;;
         "toolloop lock") echo "--help -h" ;;
+        "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
         "toolloop resume") echo "--format --help --lanes --retry-failed --retry-interrupted --state-dir -f -h" ;;
         "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
+        "toolloop runs export") echo "--format --help --state-dir -f -h" ;;
         "toolloop runs list") echo "--format --help --state-dir -f -h" ;;
         "toolloop runs show") echo "--format --help --state-dir -f -h" ;;
         "toolloop schema") echo "--help -h" ;;
@@ -43,6 +45,8 @@ _toolloop_option_value()
         "toolloop call --state-dir") echo "@dir" ;;
         "toolloop call --timeout") echo "@text" ;;
         "toolloop call -f"|"toolloop call --format") echo "auto table jsonl json" ;;
+        "toolloop replay --state-dir") echo "@dir" ;;
+        "toolloop replay -f"|"toolloop replay --format") echo "auto table jsonl json" ;;
         "toolloop resume --lanes") echo "@file" ;;
         "toolloop resume --state-dir") echo "@dir" ;;
         "toolloop resume -f"|"toolloop resume --format") echo "auto table jsonl json" ;;
@@ -57,6 +61,8 @@ _toolloop_option_value()
         "toolloop run --timeout") echo "@text" ;;
         "toolloop run -f"|"toolloop run --format") echo "auto table jsonl json" ;;
         "toolloop run -j"|"toolloop run --max-concurrency") echo "@text" ;;
+        "toolloop runs export --state-dir") echo "@dir" ;;
+        "toolloop runs export -f"|"toolloop runs export --format") echo "auto table jsonl json" ;;
         "toolloop runs list --state-dir") echo "@dir" ;;
         "toolloop runs list -f"|"toolloop runs list --format") echo "auto table jsonl json" ;;
         "toolloop runs show --state-dir") echo "@dir" ;;
@@ -78,8 +84,10 @@ _toolloop_argument()
         "toolloop call 1") echo "@text" ;;
         "toolloop call 2") echo "@text" ;;
         "toolloop lock 0") echo "@file" ;;
+        "toolloop replay 0") echo "@text" ;;
         "toolloop resume 0") echo "@text" ;;
         "toolloop run 0") echo "@file" ;;
+        "toolloop runs export 0") echo "@text" ;;
         "toolloop runs show 0") echo "@text" ;;
         "toolloop schema 0") echo "registry plan receipt" ;;
         "toolloop tools 0") echo "@file" ;;

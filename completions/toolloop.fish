@@ -23,12 +23,12 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token approve call lock resume run runs schema tools validate
+                if contains -- $token approve call lock replay resume run runs schema tools validate
                     set path "$path $token"
                     continue
                 end
             case 'toolloop runs'
-                if contains -- $token list show
+                if contains -- $token export list show
                     set path "$path $token"
                     continue
                 end
@@ -53,6 +53,9 @@ set -g __toolloop_value_options \
     'toolloop call --state-dir' \
     'toolloop call --timeout' \
     'toolloop call -f' \
+    'toolloop replay --format' \
+    'toolloop replay --state-dir' \
+    'toolloop replay -f' \
     'toolloop resume --format' \
     'toolloop resume --lanes' \
     'toolloop resume --state-dir' \
@@ -70,6 +73,9 @@ set -g __toolloop_value_options \
     'toolloop run --timeout' \
     'toolloop run -f' \
     'toolloop run -j' \
+    'toolloop runs export --format' \
+    'toolloop runs export --state-dir' \
+    'toolloop runs export -f' \
     'toolloop runs list --format' \
     'toolloop runs list --state-dir' \
     'toolloop runs list -f' \
@@ -89,6 +95,7 @@ complete -c toolloop -f
 complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval, once; then run \'toolloop resume RUN_ID\'.'
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
 complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write toolloop.lock beside the registry: every tool\'s contract hash.'
+complete -c toolloop -n '__toolloop_using toolloop' -a replay -d 'Re-run a routed run from its recorded model answers and report what differs (exit 1).'
 complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an interrupted run; print the full receipt set in order, then the summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a run -d 'Run a plan; print one receipt per call, in input order, then a summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a runs -d 'List journaled runs and show their receipts.'
@@ -122,6 +129,13 @@ complete -c toolloop -n '__toolloop_using toolloop call' -F
 complete -c toolloop -n '__toolloop_using toolloop lock' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop lock' -F
 
+# toolloop replay
+complete -c toolloop -n '__toolloop_using toolloop replay' -l execute-writes -d 'Run write and destructive tools again too.'
+complete -c toolloop -n '__toolloop_using toolloop replay' -l offline -d 'Take every tool result from the recording: run no tool and no model.'
+complete -c toolloop -n '__toolloop_using toolloop replay' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop replay' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
+complete -c toolloop -n '__toolloop_using toolloop replay' -s h -l help -d 'Show this message and exit.'
+
 # toolloop resume
 complete -c toolloop -n '__toolloop_using toolloop resume' -l lanes -r -F -d 'The run\'s --lanes FILE again, to rebuild redacted arguments.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l retry-failed -d 'Also re-run error, timeout and invalid_output calls and those skipped after them.'
@@ -150,9 +164,15 @@ complete -c toolloop -n '__toolloop_using toolloop run' -s j -l max-concurrency 
 complete -c toolloop -n '__toolloop_using toolloop run' -F
 
 # toolloop runs
+complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s records and model answers as JSON Lines: a replay fixture as it is.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
 complete -c toolloop -n '__toolloop_using toolloop runs' -s h -l help -d 'Show this message and exit.'
+
+# toolloop runs export
+complete -c toolloop -n '__toolloop_using toolloop runs export' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop runs export' -s f -l format -x -a 'auto table jsonl json' -d 'jsonl (default) or json.'
+complete -c toolloop -n '__toolloop_using toolloop runs export' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs list
 complete -c toolloop -n '__toolloop_using toolloop runs list' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'

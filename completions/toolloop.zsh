@@ -10,6 +10,7 @@ _toolloop() {
         'approve:Answer a call that waits for approval, once; then run '\''toolloop resume RUN_ID'\''.'
         'call:Run one ad-hoc call through every gate and print its receipt.'
         'lock:Write toolloop.lock beside the registry\: every tool'\''s contract hash.'
+        'replay:Re-run a routed run from its recorded model answers and report what differs (exit 1).'
         'resume:Finish an interrupted run; print the full receipt set in order, then the summary.'
         'run:Run a plan; print one receipt per call, in input order, then a summary.'
         'runs:List journaled runs and show their receipts.'
@@ -33,6 +34,7 @@ _toolloop() {
                 approve) _toolloop_approve ;;
                 call) _toolloop_call ;;
                 lock) _toolloop_lock ;;
+                replay) _toolloop_replay ;;
                 resume) _toolloop_resume ;;
                 run) _toolloop_run ;;
                 runs) _toolloop_runs ;;
@@ -76,6 +78,16 @@ _toolloop_lock() {
         '1:registry:_files'
 }
 
+_toolloop_replay() {
+    _arguments \
+        '--execute-writes[Run write and destructive tools again too.]' \
+        '--offline[Take every tool result from the recording\: run no tool and no model.]' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1:run_id: '
+}
+
 _toolloop_resume() {
     _arguments \
         '--lanes[The run'\''s --lanes FILE again, to rebuild redacted arguments.]:lanes:_files' \
@@ -113,6 +125,7 @@ _toolloop_runs() {
     typeset -A opt_args
     local -a commands
     commands=(
+        'export:A run'\''s records and model answers as JSON Lines\: a replay fixture as it is.'
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
         'show:The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
     )
@@ -126,11 +139,20 @@ _toolloop_runs() {
             ;;
         args)
             case $words[1] in
+                export) _toolloop_runs_export ;;
                 list) _toolloop_runs_list ;;
                 show) _toolloop_runs_show ;;
             esac
             ;;
     esac
+}
+
+_toolloop_runs_export() {
+    _arguments \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-f --format)'{-f,--format}'[jsonl (default) or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1:run_id: '
 }
 
 _toolloop_runs_list() {

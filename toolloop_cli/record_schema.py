@@ -57,6 +57,35 @@ class ReceiptRecord(_Record):
     duration_ms: float = Field(ge=0)
 
 
+class Tokens(_Record):
+    input: int = Field(ge=0)
+    output: int = Field(ge=0)
+
+
+class PartSpend(_Record):
+    tokens: int = Field(ge=0)
+    cost_usd: Optional[float]
+
+
+class ToolCounts(_Record):
+    calls: int = Field(ge=0)
+    ok: int = Field(ge=0)
+    failed: int = Field(ge=0)
+
+
+class LoopRecord(_Record):
+    """The routed runner's state at the end of the run."""
+
+    iterations: int = Field(ge=0)
+    tool_calls: int = Field(ge=0)
+    model_calls: int = Field(ge=0)
+    tokens: Tokens
+    cost_usd: Optional[float]
+    rejections: dict[str, int]
+    per_tool: dict[str, ToolCounts]
+    by_part: dict[Literal["router", "final", "judge", "children"], PartSpend]
+
+
 class SummaryRecord(_Record):
     """Always the last record of a run."""
 
@@ -69,24 +98,67 @@ class SummaryRecord(_Record):
     counts: dict[Status, int]
     duration_ms: float = Field(ge=0)
     contract_sha256: str
+    route: Optional[str] = None  # routed runs
+    loop: Optional[LoopRecord] = None  # routed runs
 
 
 class DecisionRecord(_Record):
-    """One routed-loop decision."""
+    """One routed-loop decision (a rejected one names the kind in ``rejected``)."""
 
     type: Literal["decision"]
     run_id: str
-    iteration: int
-    action: str
+    iteration: int = Field(ge=1)
+    action: Optional[Literal["call", "final", "abort"]]
     tool: Optional[str]
     args: Any
     reason: Optional[str]
-    rejected: Optional[str]
-    tokens: Optional[int]
+    rejected: Optional[Literal["unknown_tool", "invalid_args", "duplicate", "over_budget", "malformed"]]
+    tokens: Tokens
+    model: str
+    duration_ms: float = Field(ge=0)
+
+
+class SupervisorRecord(_Record):
+    """A supervisor rule hit, a judge's verdict or error, or an operator's steer or abort."""
+
+    type: Literal["supervisor"]
+    run_id: str
+    iteration: int = Field(ge=0)
+    rule: str
+    action: Literal["abort", "pause", "steer", "continue"]
+    reason: str
+
+
+class GuardrailRecord(_Record):
+    """An observation or final-answer guardrail that masked or blocked."""
+
+    type: Literal["guardrail"]
+    run_id: str
+    iteration: int = Field(ge=0)
+    guard: str
+    tool: Optional[str]
+    action: Literal["mask", "block"]
+    reason: Optional[str]
+
+
+class ModelAnswerRecord(_Record):
+    """One model reply of a routed run (``runs export``; a replay fixture line)."""
+
+    type: Literal["model_answer"]
+    run_id: str
+    n: int = Field(ge=0)
+    role: Literal["router", "final", "judge"]
+    model: str
+    request_sha256: Optional[str]
+    text: str
+    input_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    duration_ms: Optional[float] = None
 
 
 class OutputRecord(BaseModel):
-    record: Union[ReceiptRecord, SummaryRecord, DecisionRecord] = Field(discriminator="type")
+    record: Union[ReceiptRecord, SummaryRecord, DecisionRecord, SupervisorRecord, GuardrailRecord,
+                  ModelAnswerRecord] = Field(discriminator="type")
 
 
 def receipt_schema() -> dict:

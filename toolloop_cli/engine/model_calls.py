@@ -1,7 +1,9 @@
 """Every model request of a routed run: bounded by the loop's deadline, retried with backoff when
 the provider says it may be (connection errors, 429, 5xx, honouring ``Retry-After``), journaled as
 ``model_answer`` records, and answered from the journal first when a run is resumed (a recorded
-answer is reused when it was asked in the same place with the same request).
+answer is reused when it was asked in the same place, by the same role: resume has already
+checked that the plan and the contract are the ones the run used; a request's wording still
+differs in what it says of the time left).
 
 Providers make one request each and keep no deadline of their own; this module owns both.
 """
@@ -69,7 +71,7 @@ class ModelCalls:
         n = self._next
         self._next += 1
         self.count += 1
-        reused = self._reuse(n, role, sha)
+        reused = self._reuse(n, role)
         if reused is not None:
             return reused
         t0 = time.perf_counter()
@@ -82,11 +84,11 @@ class ModelCalls:
         })
         return Answer(n, role, reply, duration_ms, False)
 
-    def _reuse(self, n: int, role: str, sha: str) -> Answer | None:
+    def _reuse(self, n: int, role: str) -> Answer | None:
         if not self._recorded:
             return None
         rec = self._recorded[0]
-        if rec.get("n") != n or rec.get("role") != role or rec.get("request_sha256") != sha:
+        if rec.get("n") != n or rec.get("role") != role:
             self._recorded = []  # the run went another way: from here on, the models answer anew
             return None
         self._recorded.pop(0)

@@ -137,14 +137,15 @@ class RoutedRunner:
     async def __call__(self, session: RunSession) -> RunnerEnd:
         self.session = session
         rec = self.recording
-        replay_answers = None
         recorded: Any = rec.answers if rec is not None else ()
-        if rec is not None and rec.replay:
-            from ..providers.replay import ReplayAnswers, answer_from_record
+        if rec is not None and rec.replay:  # every profile answers from the recording: no network, no key
+            from ..providers.replay import ReplayAnswers, ReplayProvider, answer_from_record
 
-            replay_answers = ReplayAnswers([answer_from_record(a) for a in rec.answers], "the recorded run")
+            answers = ReplayAnswers([answer_from_record(a) for a in rec.answers], "the recorded run")
+            providers = {role: ReplayProvider(answers) for role in self.spec.profiles()}
             recorded = ()
-        providers = self.spec.make_providers(self.env, replay_answers=replay_answers)
+        else:
+            providers = self.spec.make_providers(self.env)
         self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
                                  rng=session.ctx.services.rng)
         budget = self.spec.budget
