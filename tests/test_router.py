@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from toolloop_cli.router import (Budgets, Decision, LoopView, Malformed, Observation, Step, ToolView, Trajectory, Usage,
+from toolloop_cli.router import (Budgets, Decision, LoopView, Malformed, Step, ToolView, Trajectory, Usage,
                                  Verdict, check_final, final_messages, judge_messages, observe_masked, observe_receipt,
                                  observe_rejection, observe_withheld, parse_decision, parse_verdict, repair_messages,
                                  route_of, router_messages)
