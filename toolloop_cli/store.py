@@ -130,6 +130,17 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )""",
         "ALTER TABLE model_answers ADD COLUMN record TEXT",
     ),
+    (  # 5: operators' steer and abort for a run, read by the run before its next turn
+        """CREATE TABLE IF NOT EXISTS controls (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            message TEXT,
+            at REAL NOT NULL,
+            consumed_at INTEGER,
+            PRIMARY KEY (run_id, n)
+        )""",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -462,6 +473,29 @@ class Store:
             rows = self.db.execute("SELECT receipts_before, record FROM records WHERE run_id=? ORDER BY n",
                                    (run_id,)).fetchall()
         return [(before, orjson.loads(rec)) for before, rec in rows]
+
+    # --- operators (steer, abort) -------------------------------------------------------
+    def add_control(self, run_id: str, kind: str, message: str | None) -> int:
+        """Record an operator's steer or abort for a run; returns its number."""
+        def work() -> int:
+            n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM controls WHERE run_id=?", (run_id,)).fetchone()[0]
+            self.db.execute("INSERT INTO controls (run_id, n, kind, message, at) VALUES (?,?,?,?,?)",
+                            (run_id, n, kind, message, time.time()))
+            return n
+
+        return self._transaction(work)
+
+    def controls_after(self, run_id: str, n: int) -> list[tuple[int, str, str | None, int | None]]:
+        """Controls numbered ``n`` or more: ``(n, kind, message, consumed_at_iteration)``."""
+        with self._lock:
+            return [tuple(r) for r in self.db.execute(  # type: ignore[misc]
+                "SELECT n, kind, message, consumed_at FROM controls WHERE run_id=? AND n>=? ORDER BY n", (run_id, n))]
+
+    def consume_control(self, run_id: str, n: int, iteration: int) -> None:
+        """The run read control ``n`` before turn ``iteration`` (a resume applies it there again)."""
+        with self._lock:
+            self.db.execute("UPDATE controls SET consumed_at=? WHERE run_id=? AND n=? AND consumed_at IS NULL",
+                            (iteration, run_id, n))
 
     # --- model answers (routed runs: replay and resume reuse them) ---------------------
     def put_model_answer(self, answer: dict) -> None:

@@ -46,6 +46,8 @@ app.command()(run_cmds.call)
 app.command()(runs_cmds.resume)
 app.command()(runs_cmds.approve)
 app.command()(routed_cmds.replay)
+app.command()(routed_cmds.steer)
+app.command()(routed_cmds.abort)
 runs_cmds.runs_app.command("export")(routed_cmds.export)
 app.add_typer(runs_cmds.runs_app, name="runs")
 

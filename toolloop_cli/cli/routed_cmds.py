@@ -90,3 +90,38 @@ def export(
 
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         raise typer.Exit(141)
+
+
+def _control(run_id: str, kind: str, message: Optional[str], state_dir: Optional[Path]) -> None:
+    from ..engine.resume import find_run
+
+    store = _open_store(state_dir)
+    try:
+        run = find_run(store, run_id)
+        if kind == "steer" and run["mode"] != "routed":
+            fail(f"run {run['run_id']} is a {run['mode']} run; steer is for routed runs (abort stops any run)", 2)
+        if run["status"] not in ("running", "stopped"):
+            fail(f"run {run['run_id']} has ended ({run['status']}); there is nothing to {kind}", 1)
+        store.add_control(run["run_id"], kind, message)
+    finally:
+        store.close()
+    when = "before its next turn" if run["mode"] == "routed" else "at once"
+    sys.stderr.write(f"{kind} recorded for run {run['run_id']}: a running run reads it {when}, a paused one on resume\n")
+
+
+def steer(
+    run_id: str = typer.Argument(..., help="Run id of a routed run (a unique prefix is enough)."),
+    message: str = typer.Argument(..., help="What the model is told at its next turn."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+) -> None:
+    """Add a message to a routed run's next turn (read from the journal by the running loop)."""
+    _control(run_id, "steer", message, state_dir)
+
+
+def abort(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    message: Optional[str] = typer.Option(None, "--message", help="Why; kept in the run's supervisor record."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+) -> None:
+    """Stop a run: a routed loop ends aborted; a batch stops as --halt now would (resumable)."""
+    _control(run_id, "abort", message, state_dir)

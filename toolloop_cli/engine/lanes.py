@@ -53,7 +53,7 @@ class _LaneRun:
             if self.stop_reason is not None or state.halted:
                 self.pos += 1
                 self._not_run(call, call.args, "skipped",
-                              self.stop_reason or f"the batch was halted ({halt_text(state.halt)})")
+                              self.stop_reason or state.stopped_by or f"the batch was halted ({halt_text(state.halt)})")
                 continue
             verdict = await self._gate(call)
             if isinstance(verdict, Wait):  # the lane pauses here: no receipts, so resume runs it
@@ -109,7 +109,7 @@ class _LaneRun:
         call = self.calls[self.pos]
         self.pos += 1
         why = ("interrupted by a signal" if self.state.interrupted
-               else f"the batch was halted ({halt_text(self.state.halt)})")
+               else self.state.stopped_by or f"the batch was halted ({halt_text(self.state.halt)})")
         self._not_run(call, self.current_args if self.current_args is not None else call.args, "cancelled", why)
         self.stop_reason = f"call '{call.call_key}' in this lane was cancelled"
 

@@ -18,6 +18,8 @@ class Recording:
     retry_failed: bool = False
     retry_interrupted: bool = False
     seconds_used: float = 0.0
+    #: (iteration, rule) of supervisor pauses the run stopped at (a resume goes past them)
+    pauses: frozenset = frozenset()
     #: replay a recorded run as a new run instead of resuming it
     replay: bool = False
     offline: bool = False  # replay: every tool result from the recording

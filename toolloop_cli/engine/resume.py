@@ -319,9 +319,12 @@ def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interr
     plan = admit_journaled(run, j)
     receipts = store.receipts_of(j.run_id)
     answers = store.model_answers_of(j.run_id)
+    pauses = frozenset((rec["iteration"], rec["rule"]) for _before, rec in store.records_of(j.run_id)
+                       if rec.get("type") == "supervisor" and rec.get("action") == "pause")
     recording = Recording(answers=answers, receipts={r["seq"]: r for r in receipts},
                           started=store.started_seqs(j.run_id), retry_failed=retry_failed,
-                          retry_interrupted=retry_interrupted, seconds_used=seconds_used(receipts, answers))
+                          retry_interrupted=retry_interrupted, seconds_used=seconds_used(receipts, answers),
+                          pauses=pauses)
     return plan, {"owner": owner, "recording": recording}
 
 

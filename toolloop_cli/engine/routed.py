@@ -30,14 +30,17 @@ from ..plan.admit import AdmittedPlan
 from ..receipts import Receipt
 from ..router.closeout import check_final, final_messages, repair_messages, route_of
 from ..router.decisions import Decision, parse_decision, router_messages
-from ..router.observations import observe_receipt, observe_rejection
-from ..router.views import Budgets, LoopView, Malformed, Observation
+from ..router.observations import observe_masked, observe_receipt, observe_rejection, observe_withheld
+from ..router.views import Budgets, LoopView, Malformed, Observation, Step
 from .call import execute_call, not_run_receipt
 from .gates import Refuse, Wait, check_call
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
+from .guardrails import check_final as guard_final
+from .guardrails import check_observation
 from .redact import Scrubber
 from .session import RunnerEnd, RunSession
+from .supervision import Supervision
 
 #: replies in a row that hold no valid decision before the loop ends ``malformed_output``
 MALFORMED_LIMIT = 3
@@ -114,6 +117,9 @@ class RoutedRunner:
         self._last_rejected: tuple | None = None
         self._secrets = Scrubber([self.env[p.api_key_env] for p in self.spec.profiles().values()
                                   if p.api_key_env and self.env.get(p.api_key_env)])
+        #: (iteration, rule) of the supervisor pauses a resumed run already stopped at
+        self.resumed_pauses: set[tuple[int, str]] = set(recording.pauses) if recording is not None else set()
+        self.supervision = Supervision(self)
 
     # -- the journal -----------------------------------------------------------------------------
 
@@ -187,6 +193,22 @@ class RoutedRunner:
             self.session.ctx.emit_audit("provider_failed", error=self._secrets.text(str(exc)))
             return "provider_error", None
 
+    def seconds_spent(self) -> float:
+        return self.state.seconds_used + (trio.current_time() - self.t0)
+
+    def scrubbed(self, text: str) -> str:
+        return self._secrets.text(text)
+
+    def record_supervisor(self, iteration: int, rule: str, action: str, reason: str) -> None:
+        self.session.settlement.record(self._secrets.deep({  # type: ignore[union-attr]
+            "type": "supervisor", "run_id": self.session.run_id, "iteration": iteration, "rule": rule,
+            "action": action, "reason": reason}))
+
+    def _record_guard(self, iteration: int, guard: str, tool: str | None, action: str, reason: str | None) -> None:
+        self.session.settlement.record({  # type: ignore[union-attr]
+            "type": "guardrail", "run_id": self.session.run_id, "iteration": iteration, "guard": guard,
+            "tool": tool, "action": action, "reason": reason})
+
     def _check_budgets(self, *, before_router: bool) -> None:
         b, s = self.spec.budget, self.state
         if before_router and s.iterations >= b.max_iterations:
@@ -198,7 +220,7 @@ class RoutedRunner:
         b, s = self.spec.budget, self.state
         return s.tokens > b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) > b.max_cost_usd)
 
-    def _budgets(self) -> Budgets:
+    def budgets(self) -> Budgets:
         b, s = self.spec.budget, self.state
         return Budgets(
             iterations_left=max(0, b.max_iterations - s.iterations), tokens_left=max(0, b.max_tokens - s.tokens),
@@ -210,10 +232,10 @@ class RoutedRunner:
     def _view(self) -> LoopView:
         spec = self.spec
         return LoopView(goal=spec.goal, context=spec.context, instructions=spec.instructions, tools=spec.tool_views,
-                        observations=tuple(self.observations), budgets=self._budgets(), steer=tuple(self.steer),
+                        observations=tuple(self.observations), budgets=self.budgets(), steer=tuple(self.steer),
                         outcomes=spec.outcomes)
 
-    async def _ask(self, role: str, messages: list[dict]) -> Any:
+    async def ask(self, role: str, messages: list[dict]) -> Any:
         profile = self.spec.profiles()[role]
         left = max(1, self.spec.budget.max_tokens - self.state.tokens)
         cap = min(profile.max_output_tokens, left) if profile.max_output_tokens else left
@@ -224,16 +246,27 @@ class RoutedRunner:
         return answer
 
     async def _turn(self) -> None:
+        if self.supervision.read_controls(self.state.iterations + 1) is not None:
+            raise _End("aborted")
         view = self._view()
         self.steer = []
-        answer = await self._ask("router", router_messages(view, self.spec.prompts))
+        answer = await self.ask("router", router_messages(view, self.spec.prompts))
         self.state.iterations += 1
         it = self.state.iterations
+        await self._decide(it, answer)
+        ended = await self.supervision.after_turn(it)
+        if ended is not None:
+            raise _End(ended)
+
+    async def _decide(self, it: int, answer: Any) -> None:
         decision = parse_decision(answer.reply.text)
+        if isinstance(decision, Decision) and decision.action == "call":
+            self.supervision.proposed(decision.tool, sha256_of(decision.args) if decision.args is not None else None)
         if self._overspent():
             self._record_decision(it, decision, answer, rejected=None)
             raise _End("budget_exceeded")
         if isinstance(decision, Malformed):
+            self.supervision.step(Step(it, "malformed", reason=decision.why))
             self._reject(it, decision, answer, None, "malformed", decision.why)
             self._malformed += 1
             if self._malformed >= MALFORMED_LIMIT:
@@ -279,7 +312,10 @@ class RoutedRunner:
         self.state.rejections[kind] = self.state.rejections.get(kind, 0) + 1
         shown_args = self._shown_args(decision)
         self._record_decision(it, decision, answer, rejected=kind)
-        self.observations.append(observe_rejection(it, tool, kind, why, args=shown_args))
+        observation = observe_rejection(it, tool, kind, why, args=shown_args)
+        self.observations.append(observation)
+        if isinstance(decision, Decision):
+            self.supervision.step(Step(it, decision.action, tool, shown_args, decision.reason, observation))
         key = (kind, tool, sha256_of(decision.args) if isinstance(decision, Decision) else None,
                decision.action if isinstance(decision, Decision) else None)
         if key == self._last_rejected and kind != "malformed":
@@ -299,8 +335,23 @@ class RoutedRunner:
         self.ran.add((tool.id, sha256_of(args)))
         self.state.tool_calls += 1
         self.state.ran(tool.id, receipt.status)
+        if receipt.attempts > 0 or receipt.cache == "hit":
+            self.supervision.ran(tool.effect)
+        observation = await self._observe(it, tool.id, receipt)
+        self.observations.append(observation)
+        self.supervision.step(Step(it, "call", tool.id, receipt.args, decision.reason, observation))
+
+    async def _observe(self, it: int, tool: str, receipt: Receipt) -> Observation:
+        """What the model sees of a receipt, after the observation guardrails."""
         value = receipt.result if receipt.status == "ok" else receipt.error
-        self.observations.append(observe_receipt(it, tool.id, receipt.status, value, args=receipt.args))
+        acts = await check_observation(self.spec.observation_guards, tool, receipt.status, value)
+        for act in acts:
+            self._record_guard(it, act.guard, tool, act.action, act.reason)
+        if acts and acts[-1].action == "block":
+            return observe_withheld(it, tool, receipt.status, acts[-1].reason or "blocked", args=receipt.args)
+        if acts:
+            return observe_masked(it, tool, receipt.status, acts[-1].value, args=receipt.args)
+        return observe_receipt(it, tool, receipt.status, value, args=receipt.args)
 
     async def _receipt(self, it: int, tool: Any, args: dict) -> Receipt:
         """The call's receipt: kept from the journal (resume), or from the gates and the call."""
@@ -394,17 +445,24 @@ class RoutedRunner:
         self._check_budgets(before_router=False)
         spec = self.spec
         messages = final_messages(self._view(), spec.final_schema, spec.prompts)
-        answer = await self._ask("final", messages)
+        answer = await self.ask("final", messages)
         if self._overspent():
             raise _End("budget_exceeded")
         final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
         if errors is None:
-            return final
+            return await self._guard_final(final)
         self._check_budgets(before_router=False)
-        answer = await self._ask("final", repair_messages(messages, answer.reply.text, errors, spec.prompts))
+        answer = await self.ask("final", repair_messages(messages, answer.reply.text, errors, spec.prompts))
         if self._overspent():
             raise _End("budget_exceeded")
         final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
         if errors is None:
-            return final
+            return await self._guard_final(final)
         raise _End("parse_error")
+
+    async def _guard_final(self, final: Any) -> Any:
+        act = await guard_final(self.spec.final_guards, final)
+        if act is not None:
+            self._record_guard(self.state.iterations, act.guard, None, act.action, act.reason)
+            raise _End("guardrail_violation")
+        return final

@@ -11,6 +11,8 @@ import os
 import uuid
 from typing import Any
 
+import trio
+
 from ..plan.admit import AdmittedPlan
 from ..store import lease_token
 from .lanes import run_lanes
@@ -71,13 +73,38 @@ class LanesRunner:
             skip, prior = frozenset(resume["skip"]), resume["prior"]
             settlement.journaled(resume.get("journaled", ()))
         lanes = plan.all_lanes() if plan.spool is not None and resume is None else plan.lanes
-        state = await run_lanes(
-            session.ctx, lanes, plan.max_concurrency if plan.mode == "parallel" else 1, settlement,
-            halt=session.options.halt, skip_seqs=skip, prior=prior, state=session.state,
-            stream=plan.stream if resume is None else None, on_rejected=session.options.on_rejected)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_for_abort, session)
+            state = await run_lanes(
+                session.ctx, lanes, plan.max_concurrency if plan.mode == "parallel" else 1, settlement,
+                halt=session.options.halt, skip_seqs=skip, prior=prior, state=session.state,
+                stream=plan.stream if resume is None else None, on_rejected=session.options.on_rejected)
+            nursery.cancel_scope.cancel()
         if plan.stream is not None and resume is None:
             session.store.set_total_calls(session.run_id, state.total)  # rejected lanes' calls included
         return RunnerEnd(stopped=state.halted or bool(state.paused))
+
+
+#: how often a running batch looks for an operator's abort in the journal
+CONTROL_POLL_S = 0.2
+
+
+async def _watch_for_abort(session: RunSession) -> None:
+    """An operator's ``toolloop abort`` stops the batch as ``--halt now`` would (resumable)."""
+    seen = 0
+    while True:
+        for n, kind, message, consumed in session.store.controls_after(session.run_id, seen):
+            seen = n + 1
+            if consumed is not None:
+                continue  # an earlier session of the run stopped for it; resume goes on
+            session.store.consume_control(session.run_id, n, 0)
+            if kind == "abort":
+                why = f"aborted by an operator{': ' + message if message else ''}"
+                session.settlement.record({"type": "supervisor", "run_id": session.run_id,  # type: ignore[union-attr]
+                                           "iteration": 0, "rule": "operator", "action": "abort", "reason": why})
+                session.state.stop_now(why)
+                return
+        await trio.sleep(CONTROL_POLL_S)
 
 
 def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions, *, run_id: str | None = None,

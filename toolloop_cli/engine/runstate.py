@@ -60,6 +60,7 @@ class RunState:
     interrupted: bool = False
     in_flight: set = field(default_factory=set)
     paused: list = field(default_factory=list)  # (item_key, call_key) of calls waiting for approval
+    stopped_by: str | None = None  # why the run was stopped early (an operator's abort)
 
     def note(self, receipt: Receipt) -> None:
         """A settled receipt (counted by the settlement): trips the halt policy on failures."""
@@ -70,6 +71,13 @@ class RunState:
                 if self.halt.when == "now":
                     for scope in list(self.in_flight):
                         scope.cancel()
+
+    def stop_now(self, why: str) -> None:
+        """Stop as ``--halt now`` would: calls in flight are cancelled, the rest skipped."""
+        self.stopped_by = why
+        self.halted = True
+        for scope in list(self.in_flight):
+            scope.cancel()
 
     def interrupt(self) -> None:
         self.interrupted = True

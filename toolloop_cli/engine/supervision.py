@@ -51,9 +51,12 @@ class Supervision:
         runner = self.runner
         store, run_id = runner.session.store, runner.session.run_id
         ended = None
-        for n, kind, message in store.controls_after(run_id, self.controls_seen):
+        for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
+            if consumed_at is not None and consumed_at > iteration:
+                break  # read at a later turn of the run this resume replays
             self.controls_seen = n + 1
-            store.consume_control(run_id, n, iteration)
+            if consumed_at is None:
+                store.consume_control(run_id, n, iteration)
             if kind == "steer":
                 runner.steer.append(message)
                 runner.record_supervisor(iteration, "operator", "steer", message)
@@ -98,7 +101,8 @@ class Supervision:
         if action == "abort":
             return "aborted"
         if action == "pause":
-            return "paused"
+            # a resumed run passes the pause it was resumed from
+            return None if (iteration, rule) in self.runner.resumed_pauses else "paused"
         if action == "steer":
             self.runner.steer.append(self.spec.steer_message or reason)  # type: ignore[union-attr]
         return None
@@ -123,5 +127,7 @@ class Supervision:
 
     def _judge_error(self, iteration: int, reason: str) -> str | None:
         action = self.spec.on_judge_error  # type: ignore[union-attr]
-        self.runner.record_supervisor(iteration, "judge", "continue" if action == "ignore" else action, reason)
-        return {"pause": "paused", "abort": "aborted"}.get(action)
+        if action == "ignore":
+            self.runner.record_supervisor(iteration, "judge", "continue", reason)
+            return None
+        return self._act(iteration, "judge", action, reason)
