@@ -32,6 +32,15 @@ class ApprovalGate:
         return bool(result)
 
 
+class RequiredGate:
+    """``approval: required``: every call of the tool waits for a person."""
+
+    text = "required"
+
+    def matches(self, args: dict, effect: str) -> bool:
+        return True
+
+
 def compile_approval(text: str) -> tuple[ApprovalGate | None, str | None]:
     try:
         return ApprovalGate(text), None

@@ -73,7 +73,7 @@ class ToolDecl(Closed):
     effect: Literal["read", "write", "destructive"] = "read"
     idempotent: StrictBool = False
     redact: list[StrictStr] = []
-    approval: Optional[ApprovalDecl] = None
+    approval: Optional[Union[ApprovalDecl, Literal["required"]]] = None  # "required": every call is gated
     dispatch: list[StrictStr] = []
     control_envelope: Optional[EnvelopeDecl] = None
 

@@ -426,7 +426,11 @@ def _compile_tool(
         col.add("TL351", f"retry.max_attempts is {t.retry.max_attempts} but retry.on is empty, so nothing is ever retried",
                 at + ("retry", "on"), "list what to retry, e.g. on: [timeout, error], or set max_attempts: 1")
     gate = None
-    if t.approval is not None:
+    if t.approval == "required":
+        from .approval import RequiredGate
+
+        gate = RequiredGate()
+    elif t.approval is not None:
         gate, err = compile_approval(t.approval.when)
         if err:
             col.add("TL350", err, at + ("approval", "when"), "write a CEL expression over 'args', e.g. args.amount > 200")
@@ -459,7 +463,7 @@ def _compile_tool(
         idempotent=t.idempotent,
         redact=tuple(redact),
         approval=gate,
-        approval_text=t.approval.when if t.approval else None,
+        approval_text=("required" if t.approval == "required" else t.approval.when) if t.approval else None,
         dispatch=tuple(t.dispatch),
         envelope=envelope,
         contract_sha256=sha256_of(t.model_dump(mode="json")),
