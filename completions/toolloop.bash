@@ -6,7 +6,7 @@
 _toolloop_subcommands()
 {
     case "$1" in
-        "toolloop") echo "approve call lock replay resume run runs schema tools validate" ;;
+        "toolloop") echo "abort approve call lock replay resume run runs schema steer tools validate" ;;
         "toolloop runs") echo "export list show" ;;
     esac
 }
@@ -16,6 +16,7 @@ _toolloop_options()
 {
     case "$1" in
         "toolloop") echo "--help --install-completion --show-completion --version -h" ;;
+        "toolloop abort") echo "--help --message --state-dir -h" ;;
         "toolloop approve") echo "--approve --args --help --item --message --reject --state-dir -h" ;;
         "toolloop call") echo "--args --format --help --no-cache --state-dir --timeout -f -h" ;;
         "toolloop lock") echo "--help -h" ;;
@@ -27,6 +28,7 @@ _toolloop_options()
         "toolloop runs list") echo "--format --help --state-dir -f -h" ;;
         "toolloop runs show") echo "--format --help --state-dir -f -h" ;;
         "toolloop schema") echo "--help -h" ;;
+        "toolloop steer") echo "--help --state-dir -h" ;;
         "toolloop tools") echo "--format --help --subagent -f -h -s" ;;
         "toolloop validate") echo "--format --help --locked --strict -f -h" ;;
     esac
@@ -37,6 +39,8 @@ _toolloop_options()
 _toolloop_option_value()
 {
     case "$1 $2" in
+        "toolloop abort --message") echo "@text" ;;
+        "toolloop abort --state-dir") echo "@dir" ;;
         "toolloop approve --args") echo "@text" ;;
         "toolloop approve --item") echo "@text" ;;
         "toolloop approve --message") echo "@text" ;;
@@ -67,6 +71,7 @@ _toolloop_option_value()
         "toolloop runs list -f"|"toolloop runs list --format") echo "auto table jsonl json" ;;
         "toolloop runs show --state-dir") echo "@dir" ;;
         "toolloop runs show -f"|"toolloop runs show --format") echo "auto table jsonl json" ;;
+        "toolloop steer --state-dir") echo "@dir" ;;
         "toolloop tools -f"|"toolloop tools --format") echo "auto table jsonl json" ;;
         "toolloop tools -s"|"toolloop tools --subagent") echo "@text" ;;
         "toolloop validate -f"|"toolloop validate --format") echo "text json github sarif" ;;
@@ -78,6 +83,7 @@ _toolloop_option_value()
 _toolloop_argument()
 {
     case "$1 $2" in
+        "toolloop abort 0") echo "@text" ;;
         "toolloop approve 0") echo "@text" ;;
         "toolloop approve 1") echo "@text" ;;
         "toolloop call 0") echo "@file" ;;
@@ -90,6 +96,8 @@ _toolloop_argument()
         "toolloop runs export 0") echo "@text" ;;
         "toolloop runs show 0") echo "@text" ;;
         "toolloop schema 0") echo "registry plan receipt" ;;
+        "toolloop steer 0") echo "@text" ;;
+        "toolloop steer 1") echo "@text" ;;
         "toolloop tools 0") echo "@file" ;;
         "toolloop validate 0") echo "@file" ;;
         "toolloop validate "*) echo "@file" ;;

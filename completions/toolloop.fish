@@ -23,7 +23,7 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token approve call lock replay resume run runs schema tools validate
+                if contains -- $token abort approve call lock replay resume run runs schema steer tools validate
                     set path "$path $token"
                     continue
                 end
@@ -44,6 +44,8 @@ end
 
 # Options that take a value, as 'command path option'.
 set -g __toolloop_value_options \
+    'toolloop abort --message' \
+    'toolloop abort --state-dir' \
     'toolloop approve --args' \
     'toolloop approve --item' \
     'toolloop approve --message' \
@@ -82,6 +84,7 @@ set -g __toolloop_value_options \
     'toolloop runs show --format' \
     'toolloop runs show --state-dir' \
     'toolloop runs show -f' \
+    'toolloop steer --state-dir' \
     'toolloop tools --format' \
     'toolloop tools --subagent' \
     'toolloop tools -f' \
@@ -92,6 +95,7 @@ set -g __toolloop_value_options \
 complete -c toolloop -f
 
 # toolloop
+complete -c toolloop -n '__toolloop_using toolloop' -a abort -d 'Stop a run: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
 complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval, once; then run \'toolloop resume RUN_ID\'.'
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
 complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write toolloop.lock beside the registry: every tool\'s contract hash.'
@@ -100,12 +104,18 @@ complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an inte
 complete -c toolloop -n '__toolloop_using toolloop' -a run -d 'Run a plan; print one receipt per call, in input order, then a summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a runs -d 'List journaled runs and show their receipts.'
 complete -c toolloop -n '__toolloop_using toolloop' -a schema -d 'Print the JSON Schema of a file format or of the output records.'
+complete -c toolloop -n '__toolloop_using toolloop' -a steer -d 'Add a message to a routed run\'s next turn (read from the journal by the running loop).'
 complete -c toolloop -n '__toolloop_using toolloop' -a tools -d 'List the registry\'s tools: id, kind, effect, description.'
 complete -c toolloop -n '__toolloop_using toolloop' -a validate -d 'Lint a registry (and plans against it); exit 1 on any error.'
 complete -c toolloop -n '__toolloop_using toolloop' -l install-completion -d 'Install completion for the current shell.'
 complete -c toolloop -n '__toolloop_using toolloop' -l show-completion -d 'Show completion for the current shell, to copy it or customize the installation.'
 complete -c toolloop -n '__toolloop_using toolloop' -l version -d 'Print the version and exit.'
 complete -c toolloop -n '__toolloop_using toolloop' -s h -l help -d 'Show this message and exit.'
+
+# toolloop abort
+complete -c toolloop -n '__toolloop_using toolloop abort' -l message -x -d 'Why; kept in the run\'s supervisor record.'
+complete -c toolloop -n '__toolloop_using toolloop abort' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop abort' -s h -l help -d 'Show this message and exit.'
 
 # toolloop approve
 complete -c toolloop -n '__toolloop_using toolloop approve' -l approve -d 'Approve the call.'
@@ -187,6 +197,10 @@ complete -c toolloop -n '__toolloop_using toolloop runs show' -s h -l help -d 'S
 # toolloop schema
 complete -c toolloop -n '__toolloop_using toolloop schema' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop schema' -a 'registry plan receipt'
+
+# toolloop steer
+complete -c toolloop -n '__toolloop_using toolloop steer' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop steer' -s h -l help -d 'Show this message and exit.'
 
 # toolloop tools
 complete -c toolloop -n '__toolloop_using toolloop tools' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'

@@ -7,6 +7,7 @@ _toolloop() {
     typeset -A opt_args
     local -a commands
     commands=(
+        'abort:Stop a run\: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
         'approve:Answer a call that waits for approval, once; then run '\''toolloop resume RUN_ID'\''.'
         'call:Run one ad-hoc call through every gate and print its receipt.'
         'lock:Write toolloop.lock beside the registry\: every tool'\''s contract hash.'
@@ -15,6 +16,7 @@ _toolloop() {
         'run:Run a plan; print one receipt per call, in input order, then a summary.'
         'runs:List journaled runs and show their receipts.'
         'schema:Print the JSON Schema of a file format or of the output records.'
+        'steer:Add a message to a routed run'\''s next turn (read from the journal by the running loop).'
         'tools:List the registry'\''s tools\: id, kind, effect, description.'
         'validate:Lint a registry (and plans against it); exit 1 on any error.'
     )
@@ -31,6 +33,7 @@ _toolloop() {
             ;;
         args)
             case $words[1] in
+                abort) _toolloop_abort ;;
                 approve) _toolloop_approve ;;
                 call) _toolloop_call ;;
                 lock) _toolloop_lock ;;
@@ -39,11 +42,20 @@ _toolloop() {
                 run) _toolloop_run ;;
                 runs) _toolloop_runs ;;
                 schema) _toolloop_schema ;;
+                steer) _toolloop_steer ;;
                 tools) _toolloop_tools ;;
                 validate) _toolloop_validate ;;
             esac
             ;;
     esac
+}
+
+_toolloop_abort() {
+    _arguments \
+        '--message[Why; kept in the run'\''s supervisor record.]:message: ' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1:run_id: '
 }
 
 _toolloop_approve() {
@@ -174,6 +186,14 @@ _toolloop_schema() {
     _arguments \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:name:(registry plan receipt)'
+}
+
+_toolloop_steer() {
+    _arguments \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1:run_id: ' \
+        '2:message: '
 }
 
 _toolloop_tools() {
