@@ -44,7 +44,7 @@ class Answer:
 
 
 class ModelCalls:
-    """The model requests of one run, numbered ``n`` = 0, 1, … in the order they are made.
+    """The model requests of one run, numbered ``n`` = 1, 2, … in the order they are made.
 
     ``journal`` commits each answer (a ``model_answer`` record) before the loop uses it.
     ``recorded`` are the answers a resumed run already has, in order: each is reused while the run
@@ -68,8 +68,8 @@ class ModelCalls:
         request = ModelRequest(messages=messages, model=profile.model, temperature=profile.temperature,
                                max_tokens=max_tokens, json_mode=True, role=role)
         sha = request.sha256()
-        n = self._next
         self._next += 1
+        n = self._next  # 1-based, as in a fixture
         self.count += 1
         reused = self._reuse(n, role)
         if reused is not None:
