@@ -614,7 +614,7 @@ class JournalWriter:
     """
 
     _STOP = object()
-    _COMMIT, _EMIT, _BOTH, _OTHER = 1, 2, 3, 4
+    _COMMIT, _EMIT, _BOTH, _OTHER, _SYNC = 1, 2, 3, 4, 8
 
     def __init__(self, store: Store, after_commit: Callable[[dict], None], max_batch: int = 512,
                  on_error: Callable[[BaseException], None] | None = None,
@@ -649,6 +649,12 @@ class JournalWriter:
         """Hand on a record whose commit was requested earlier (or that the journal holds)."""
         self._q.put((self._EMIT, record))
 
+    def sync(self) -> None:
+        """Block until everything queued before this call is committed (or the journal failed)."""
+        done = threading.Event()
+        self._q.put((self._SYNC, done))
+        done.wait()
+
     def _fail(self, exc: BaseException) -> None:
         if self.error is None:
             self.error = exc
@@ -665,7 +671,8 @@ class JournalWriter:
                 except queue.Empty:
                     break
             stop = any(b is self._STOP for b in batch)
-            items = [b for b in batch if b is not self._STOP]
+            syncs = [b[1] for b in batch if b is not self._STOP and b[0] == self._SYNC]
+            items = [b for b in batch if b is not self._STOP and b[0] != self._SYNC]
             if items and self.commit_error is None:
                 records = [r for kind, r in items if kind & self._COMMIT]
                 others = [r for kind, r in items if kind == self._OTHER]
@@ -683,6 +690,8 @@ class JournalWriter:
                            if kind & self._EMIT or kind == self._OTHER]
                     if out:
                         self._out.put(out)
+            for done in syncs:
+                done.set()
             if stop:
                 self._out.put(self._STOP)
                 return

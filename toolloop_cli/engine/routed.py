@@ -236,6 +236,9 @@ class RoutedRunner:
                         outcomes=spec.outcomes)
 
     async def ask(self, role: str, messages: list[dict]) -> Any:
+        # what the model is about to be told is in the journal first: a resume never runs again
+        # a call whose result a recorded answer has seen
+        await trio.to_thread.run_sync(self.session.journal.sync)
         profile = self.spec.profiles()[role]
         left = max(1, self.spec.budget.max_tokens - self.state.tokens)
         cap = min(profile.max_output_tokens, left) if profile.max_output_tokens else left

@@ -178,6 +178,7 @@ class RunSession:
         services.before_start = self._before_start
         self.state = RunState(total=total_calls, halt=options.halt)
         self.settlement: Settlement | None = None
+        self.journal: JournalWriter | None = None
 
     @property
     def run_id(self) -> str:
@@ -208,8 +209,8 @@ class RunSession:
                     except trio.RunFinishedError:
                         pass
 
-            journal = JournalWriter(self.store, self.emit, on_error=stop_on_writer_error,
-                                    after_batch=self.options.flush_output)
+            journal = self.journal = JournalWriter(self.store, self.emit, on_error=stop_on_writer_error,
+                                                   after_batch=self.options.flush_output)
             self.settlement = Settlement(journal=journal, children=self.ctx.children, counts=state.counts,
                                          on_emit=self.options.on_receipt)
             ending: list[RunnerEnd] = []
