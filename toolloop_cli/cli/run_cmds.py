@@ -187,7 +187,8 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
             fail(f"cannot write --audit {audit}: {exc.strerror}", 2)
         audit_sink = JsonlWriter(audit_file).write
     options = RunOptions(approve=approve, flush_output=out.flush, on_rejected=print_findings, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
-                         output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice)
+                         output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice,
+                         on_warning=lambda text: notice(f"warning: {text}"))
     progress = None
     if out.fmt == "table" and sys.stderr.isatty():
         from ..render.live import LiveProgress

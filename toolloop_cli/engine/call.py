@@ -48,6 +48,8 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
         prepared = await executor.prepare(tool)  # before the deadline runs: the timeout is the call's
     except OSError as exc:
         return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
+    if executor.name != "process":  # a worker process gets its own copy anyway
+        args = private_copy(args)
     deadline = trio.current_time() + timeout if timeout is not None else float("inf")
     with trio.CancelScope(deadline=deadline) as scope:
         try:
@@ -62,6 +64,18 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
             abandoned=executor.abandons,
         )
     return failed if failed is not None else Outcome("ok", value)
+
+
+def private_copy(args: dict) -> dict:
+    """The arguments as the callable gets them: nested objects and lists copied, so a tool that
+    changes its arguments in place cannot change what the receipt, the journal or a retry sees.
+    (``fn(**args)`` already gives the callable a dict of its own; only nested values are shared.)"""
+    for v in args.values():
+        if isinstance(v, (dict, list)):
+            import copy
+
+            return copy.deepcopy(args)
+    return args
 
 
 async def _attempt_with_children(ctx: RunContext, tool: ToolSpec, executor: Executor, args: dict,
@@ -94,10 +108,15 @@ class _Attempts:
         self.count = 0
 
     async def run(self) -> tuple[Outcome, int]:
-        policy = self.tool.retry
+        tool = self.tool
+        policy = tool.retry
+        # a write that timed out may still be running, or may have applied: never tried again
+        at_most_once = tool.effect in ("write", "destructive") and not tool.idempotent
         while True:
             self.count += 1
             outcome = await self._limited()
+            if outcome.status == "timeout" and at_most_once:
+                return outcome, self.count
             if outcome.status in policy.on and self.count < policy.max_attempts:
                 delay = policy.delay(self.count, self.ctx.services.rng.random())
                 if self.ctx.services.audit is not None:
@@ -159,13 +178,11 @@ def _check_output(ctx: RunContext, tool: ToolSpec, outcome: Outcome) -> tuple[Ou
     cap = ctx.config.output_cap_bytes
     size = _too_large(value, cap)
     if size is None:
-        try:
-            raw = orjson.dumps(value)
-        except TypeError as exc:
-            return Outcome("invalid_output", error={"kind": "not_json", "message": f"result is not JSON: {exc}"}), None
-        if len(raw) > cap:
-            size = len(raw)
-        del raw
+        length, problem = _json_size(value)
+        if problem is not None:
+            return Outcome("invalid_output", error={"kind": "not_json", "message": f"result is not JSON: {problem}"}), None
+        if length > cap:
+            size = length
     if size is not None:
         return Outcome("invalid_output", error={
             "kind": "output_too_large",
@@ -180,6 +197,43 @@ def _check_output(ctx: RunContext, tool: ToolSpec, outcome: Outcome) -> tuple[Ou
         if problem is not None:
             return Outcome("invalid_output", error={"kind": "envelope", "message": problem}), None
     return outcome, envelope
+
+
+_STRICT = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _json_size(value: Any) -> tuple[int, str | None]:
+    """The size of ``value`` as JSON, or why JSON cannot hold it: never a silent conversion (a
+    date turned into text, NaN into null, an object of the App's own class into something)."""
+    try:
+        raw = orjson.dumps(value, option=_STRICT)
+    except TypeError as exc:
+        if "64-bit" not in str(exc):
+            return 0, f"{exc}"
+        # integers of any size pass exactly (the standard library's encoder holds them)
+        import json
+
+        try:
+            return len(json.dumps(value, allow_nan=False, separators=(",", ":"))), None
+        except (TypeError, ValueError) as slow:
+            return 0, f"{slow}"
+    if b"null" in raw and _non_finite(value):
+        return 0, "NaN or infinity is not a JSON number"
+    return len(raw), None
+
+
+def _non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float):
+            if v != v or v in (float("inf"), float("-inf")):
+                return True
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return False
 
 
 def _scrubbed(ctx: RunContext, tool: ToolSpec, error: dict | None, args: Any, value: Any = None) -> dict | None:
@@ -314,12 +368,46 @@ async def _cached(ctx: RunContext, tool: ToolSpec, args: dict) -> _Ran:
     ran.key = cache_key(tool, args)
     ran.cache = "miss"
     # an identical call already in flight is waited for, not run twice (singleflight.py)
-    hit, ran.flight = await cached_or_lead(cache, ran.key, refresh=ctx.config.refresh_cache)
+    hit, ran.flight = await cached_or_lead(_Checked(cache, ctx, tool), ran.key, refresh=ctx.config.refresh_cache)
     if hit is not None:
         ran.cache = "hit"
         ran.outcome = Outcome("ok", hit[0])
         ran.envelope = tool.envelope.read(hit[0])[0] if tool.envelope is not None else None
     return ran
+
+
+class _Checked:
+    """The cache as one tool reads it: a damaged entry (not JSON, or failing the tool's output
+    schema or envelope) is a miss with a warning, never a crash and never an ok the tool did not
+    return; the call then runs and its result replaces the entry."""
+
+    __slots__ = ("cache", "ctx", "tool")
+
+    def __init__(self, cache: Any, ctx: RunContext, tool: ToolSpec):
+        self.cache, self.ctx, self.tool = cache, ctx, tool
+
+    def get(self, key: str) -> tuple[Any] | None:
+        try:
+            hit = self.cache.get(key)
+        except ValueError as exc:  # the stored text is not JSON
+            return self._damaged(f"it is not JSON ({exc})")
+        if hit is None:
+            return None
+        tool = self.tool
+        if tool.output_validator is not None and not tool.output_validator.is_valid(hit[0]):
+            return self._damaged("it fails the tool's output_schema")
+        if tool.envelope is not None and tool.envelope.read(hit[0])[1] is not None:
+            return self._damaged("its control envelope cannot be read")
+        return hit
+
+    def _damaged(self, why: str) -> None:
+        warn = self.ctx.services.warn
+        if warn is not None:
+            warn(f"cache entry of '{self.tool.id}' ignored: {why}; the call runs and replaces it")
+        return None
+
+    def put(self, key: str, tool: str, result: Any) -> None:
+        self.cache.put(key, tool, result)
 
 
 def _scrubber(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:

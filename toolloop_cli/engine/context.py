@@ -54,6 +54,7 @@ class RunServices:
     rng: random.Random = field(default_factory=random.Random)
     limits: ToolLimits = field(default_factory=ToolLimits)
     executors: Executors | None = None
+    warn: Callable[[str], None] | None = None  # a one-line warning for a person (standard error)
 
 
 class Sequencer:

@@ -53,6 +53,8 @@ class RunOptions:
     # from a signal handler, so it must not take locks (write with os.write).
     handle_signals: bool = True
     on_signal: Callable[[str], None] | None = None
+    # one-line warnings for a person (a damaged cache entry): standard error in the CLI
+    on_warning: Callable[[str], None] | None = None
 
     def journal_form(self) -> dict:
         return {
@@ -164,7 +166,7 @@ class RunSession:
         self.options = options
         self.mode = mode
         self.owner = owner
-        services = RunServices(cache=store, audit=options.audit)
+        services = RunServices(cache=store, audit=options.audit, warn=options.on_warning)
         self.ctx = RunContext(
             run_id, contract, services=services, subagent=subagent, default_timeout_s=options.default_timeout_s,
             no_cache=options.no_cache, refresh_cache=options.refresh_cache,
