@@ -77,3 +77,12 @@ def test_stream_needs_lanes_and_no_dry_run(cli, tmp_path):
     p = str(plan(tmp_path))
     assert cli("run", p, "--stream").returncode == 2
     assert cli("run", p, "--stream", "--lanes", "-", "--dry-run", input=b"").returncode == 2
+
+
+def test_a_broken_line_alone_makes_the_run_failed_and_is_counted(cli, tmp_path):
+    data = line("a", {"tool": "echo", "args": {}}) + b"{broken\n" + line("c", {"tool": "echo", "args": {}})
+    proc = cli("run", str(plan(tmp_path)), "--lanes", "-", "--stream", input=data)
+    assert proc.returncode == 1, proc.stderr.decode()
+    records = jsonl(proc.stdout)
+    assert [r["status"] for r in records[:-1]] == ["ok", "ok"]
+    assert records[-1]["status"] == "failed" and records[-1]["rejected_lanes"] == 1

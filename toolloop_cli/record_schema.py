@@ -98,6 +98,7 @@ class SummaryRecord(_Record):
     counts: dict[Status, int]
     duration_ms: float = Field(ge=0)
     contract_sha256: str
+    rejected_lanes: Optional[int] = Field(default=None, ge=0)  # run --stream
     route: Optional[str] = None  # routed runs
     loop: Optional[LoopRecord] = None  # routed runs
 

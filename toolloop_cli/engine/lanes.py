@@ -283,6 +283,7 @@ class _Feeder:
     def _reject(self, lane: RejectedLane) -> None:
         if self.on_rejected is not None:
             self.on_rejected(lane.problems)
+        self.state.rejected_lanes += 1
         for receipt in rejected_receipts(self.ctx, lane):
             self.state.total += 1
             self.settlement.settle(receipt)

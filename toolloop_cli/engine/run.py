@@ -80,9 +80,14 @@ class LanesRunner:
                 halt=session.options.halt, skip_seqs=skip, prior=prior, state=session.state,
                 stream=plan.stream if resume is None else None, on_rejected=session.options.on_rejected)
             nursery.cancel_scope.cancel()
+        summary: dict = {}
+        failed = None
         if plan.stream is not None and resume is None:
             session.store.set_total_calls(session.run_id, state.total)  # rejected lanes' calls included
-        return RunnerEnd(stopped=state.halted or bool(state.paused))
+            summary["rejected_lanes"] = state.rejected_lanes
+            if state.rejected_lanes and not (state.halted or state.paused or state.interrupted):
+                failed = "failed"  # a lane that was not admitted is a failure of the run
+        return RunnerEnd(stopped=state.halted or bool(state.paused), status=failed, summary=summary)
 
 
 #: how often a running batch looks for an operator's abort in the journal

@@ -61,6 +61,7 @@ class RunState:
     in_flight: set = field(default_factory=set)
     paused: list = field(default_factory=list)  # (item_key, call_key) of calls waiting for approval
     stopped_by: str | None = None  # why the run was stopped early (an operator's abort)
+    rejected_lanes: int = 0  # lanes refused by run --stream (each makes the run failed)
 
     def note(self, receipt: Receipt) -> None:
         """A settled receipt (counted by the settlement): trips the halt policy on failures."""
