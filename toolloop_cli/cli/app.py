@@ -57,7 +57,9 @@ def main() -> None:
     import sys
 
     from ..errors import ConfigError, RunError, UsageError
+    from .common import guard_standard_streams
 
+    guard_standard_streams()
     try:
         app()
     except (UsageError, RunError) as exc:

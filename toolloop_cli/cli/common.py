@@ -36,6 +36,26 @@ def out_console(file: IO[str] | None = None) -> Any:
     return Console(file=file, no_color="NO_COLOR" in os.environ or None, highlight=False)
 
 
+#: standard output was closed when toolloop started (``>&-``)
+STDOUT_CLOSED = False
+
+
+def guard_standard_streams() -> None:
+    """A closed standard stream is opened on /dev/null before anything else is, so no file toolloop
+    opens (the state database) can take its number and receive what is written to it."""
+    global STDOUT_CLOSED
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            if fd == 1:
+                STDOUT_CLOSED = True
+            os.open(os.devnull, os.O_RDWR)  # takes the lowest free number: this one
+    for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
+
+
 def fail(message: str, code: int = 2, hint: str | None = None) -> NoReturn:
     """Print ``toolloop: error: message`` (and a hint) on stderr and exit with ``code``."""
     sys.stderr.write(f"toolloop: error: {message}\n")

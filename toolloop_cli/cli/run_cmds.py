@@ -17,6 +17,10 @@ def private_stdout() -> IO[bytes]:
     """Keep standard output for records only: our writer gets a private copy of fd 1, and fd 1
     itself (and sys.stdout) is pointed at standard error, so a tool that prints cannot corrupt
     the JSON Lines stream."""
+    from . import common
+
+    if common.STDOUT_CLOSED:
+        fail("standard output is closed; nothing ran (give the run somewhere to write its records)", 1)
     sys.stdout.flush()
     fd = os.dup(1)
     os.dup2(2, 1)
@@ -214,7 +218,10 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         raise typer.Exit(130)
     finally:
         if audit_file is not None:
-            audit_file.close()
+            try:
+                audit_file.close()
+            except OSError:
+                pass  # the run already said the audit file cannot be written
         store.close()
     if result.summary["status"] == "interrupted":
         notice(f"interrupted; resume with: toolloop resume {result.summary['run_id']}")

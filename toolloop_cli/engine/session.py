@@ -166,7 +166,9 @@ class RunSession:
         self.options = options
         self.mode = mode
         self.owner = owner
-        services = RunServices(cache=store, audit=options.audit, warn=options.on_warning)
+        self.audit_error: OSError | None = None
+        services = RunServices(cache=store, audit=self._audit if options.audit is not None else None,
+                               warn=options.on_warning)
         self.ctx = RunContext(
             run_id, contract, services=services, subagent=subagent, default_timeout_s=options.default_timeout_s,
             no_cache=options.no_cache, refresh_cache=options.refresh_cache,
@@ -185,6 +187,16 @@ class RunSession:
     @property
     def run_id(self) -> str:
         return self.ctx.config.run_id
+
+    def _audit(self, event: dict) -> None:
+        # an audit file that cannot be written stops the run (resumable), like standard output
+        if self.audit_error is not None:
+            return
+        try:
+            self.options.audit(event)  # type: ignore[misc]
+        except OSError as exc:
+            self.audit_error = exc
+            self.state.interrupt()
 
     def _before_start(self, info: tuple) -> None:
         # the start of an at-most-once write is committed before its callable runs
@@ -254,7 +266,12 @@ class RunSession:
                 writer_error = exc
         if store_error is None and isinstance(writer_error, sqlite3.Error):
             store_error, writer_error = writer_error, None
-        if writer_error is not None or store_error is not None:
+        unwritable = None
+        if isinstance(writer_error, OSError) and not isinstance(writer_error, BrokenPipeError):
+            unwritable, writer_error = f"standard output cannot be written ({writer_error.strerror or writer_error})", None
+        elif self.audit_error is not None:
+            unwritable = f"the audit file cannot be written ({self.audit_error.strerror or self.audit_error})"
+        if writer_error is not None or store_error is not None or unwritable is not None:
             try:
                 self.store.finish_run(self.run_id, "interrupted", self.state.counts, owner=self.owner)
             except Exception:  # noqa: BLE001 - the first failure is the one to report
@@ -262,6 +279,9 @@ class RunSession:
             if store_error is not None:
                 raise RunError(f"the state database could not be written ({store_error}); run {self.run_id} was"
                                " stopped, and every receipt printed is in the journal") from None
+            if unwritable is not None:
+                raise RunError(f"{unwritable}; run {self.run_id} was stopped with its journal intact:"
+                               f" toolloop resume {self.run_id}") from None
             raise writer_error  # type: ignore[misc]
         return interrupted
 
