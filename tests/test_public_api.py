@@ -10,7 +10,7 @@ import toolloop_cli
 PINNED = [
     "AdmittedPlan", "ConfigError", "Contract", "DispatchError", "HaltPolicy", "Problem", "Receipt",
     "RunError", "RunOptions", "Store", "ToolSpec", "ToolloopError", "UsageError", "admit_plan",
-    "asyncio_tool", "dispatch", "execute_plan", "load_registry", "run_batch", "run_parallel_batch",
+    "asyncio_tool", "current_call", "dispatch", "execute_plan", "load_registry", "run_batch", "run_parallel_batch",
 ]
 
 

@@ -18,6 +18,7 @@ from .context import RunContext
 from .executors import Executor
 from .executors.thread import HeldSlot
 from .frames import CURRENT, CallFrame
+from .identity import CallIdentity, idempotency_key, reset_current, set_current
 from .redact import Scrubber, scrub
 from .singleflight import cached_or_lead
 
@@ -95,11 +96,11 @@ async def _attempt_with_children(ctx: RunContext, tool: ToolSpec, executor: Exec
 class _Attempts:
     """The tries of one call: source limits, the at-most-once start marker, retries."""
 
-    __slots__ = ("ctx", "tool", "args", "meta", "frame", "start_info", "executor", "timeout", "count")
+    __slots__ = ("ctx", "tool", "args", "meta", "frame", "start_info", "executor", "timeout", "count", "where")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, meta: dict, frame: CallFrame | None,
-                 start_info: tuple | None):
-        self.ctx, self.tool, self.args, self.meta = ctx, tool, args, meta
+                 start_info: tuple | None, where: _Where):
+        self.ctx, self.tool, self.args, self.meta, self.where = ctx, tool, args, meta, where
         self.executor = ctx.services.executors.for_tool(tool)  # type: ignore[union-attr]
         # children of a trio callable run in its own task; others get a nursery per attempt
         self.frame = frame if frame is not None and self.executor.name != "trio" else None
@@ -152,9 +153,15 @@ class _Attempts:
             ctx.services.before_start(self.start_info)  # type: ignore[misc]  # committed before the callable runs
         if ctx.services.audit is not None:
             ctx.emit_audit("started", **self.meta, attempt=self.count)
-        if self.frame is not None:
-            return await _attempt_with_children(ctx, tool, self.executor, self.args, self.timeout, slot, self.frame)
-        return await _attempt(ctx, tool, self.executor, self.args, self.timeout, slot)
+        w = self.where
+        token = set_current(CallIdentity(ctx.config.run_id, w.seq, w.item_key, w.call_key, self.count,
+                                         ctx.config.labels, idempotency_key(ctx.config.run_id, w.seq)))
+        try:
+            if self.frame is not None:
+                return await _attempt_with_children(ctx, tool, self.executor, self.args, self.timeout, slot, self.frame)
+            return await _attempt(ctx, tool, self.executor, self.args, self.timeout, slot)
+        finally:
+            reset_current(token)
 
 
 def _too_large(value: Any, cap: int) -> int | None:
@@ -336,7 +343,7 @@ async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, a
     ran = await _cached(ctx, tool, args)
     if ran.cache != "hit":
         start_info = (where.seq, tool, args_sha) if ctx.services.before_start is not None else None
-        ran.outcome, ran.attempts = await _Attempts(ctx, tool, args, meta, frame, start_info).run()
+        ran.outcome, ran.attempts = await _Attempts(ctx, tool, args, meta, frame, start_info, where).run()
         if ran.outcome.status == "ok":
             ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
     value = ran.outcome.value if ran.outcome.status == "ok" else None

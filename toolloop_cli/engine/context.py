@@ -39,6 +39,7 @@ class RunConfig:
     refresh_cache: bool = False
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     approve: str = "ask"  # approval gates: ask (a person) | all | none  (run --approve)
+    labels: dict = field(default_factory=dict)  # run --label: out-of-band identity, never in payloads
 
 
 @dataclass(slots=True)

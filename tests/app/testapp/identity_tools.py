@@ -1,0 +1,36 @@
+"""Tools that report the identity toolloop gives the running call."""
+
+from __future__ import annotations
+
+import asyncio
+
+import trio
+
+from toolloop_cli import asyncio_tool, current_call
+
+SEEN: list = []
+
+
+def _shown() -> dict:
+    c = current_call()
+    return {"run_id": c.run_id, "seq": c.seq, "item_key": c.item_key, "call_key": c.call_key,
+            "attempt": c.attempt, "labels": dict(c.labels), "idempotency_key": c.idempotency_key}
+
+
+def who_sync(fail_first: bool = False) -> dict:
+    got = _shown()
+    SEEN.append(got)
+    if fail_first and got["attempt"] == 1:
+        raise RuntimeError("first try fails")
+    return got
+
+
+async def who_trio() -> dict:
+    await trio.sleep(0)
+    return _shown()
+
+
+@asyncio_tool
+async def who_asyncio() -> dict:
+    await asyncio.sleep(0)
+    return _shown()
