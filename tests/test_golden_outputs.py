@@ -19,7 +19,11 @@ _RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{8}")
 
 
 def _normal_record(rec: dict) -> dict:
-    return {k: (f"<{k}>" if k in _VOLATILE_KEYS and v is not None else v) for k, v in rec.items()}
+    out = {k: (f"<{k}>" if k in _VOLATILE_KEYS and v is not None else v) for k, v in rec.items()}
+    if isinstance(out.get("approval"), dict):
+        by = out["approval"]["by"]
+        out["approval"] = {**out["approval"], "at": "<at>", "by": by if by in ("flag", "engine") else "<person>"}
+    return out
 
 
 def _normal(proc) -> dict:

@@ -242,3 +242,17 @@ def test_operators_steer_and_abort_a_running_loop_from_another_process(tmp_path,
     else:
         assert proc.returncode == 1 and records[-1]["outcome"] == "aborted"
         assert sup[0]["reason"] == "stop now"
+
+
+def test_gated_receipts_carry_the_answer_in_every_mode(tmp_path, model_server, cli):
+    target = str(tmp_path / "w.txt")
+    plan = setup(tmp_path, model_server)
+    model_server.script(call("write_file", {"path": target}), FINAL, '{"answer": 1}')
+    proc, records = run(cli, plan, "--approve", "all")
+    receipt = of_type(records, "receipt")[0]
+    assert receipt["approval"]["decision"] == "approved" and receipt["approval"]["by"] == "flag"
+    from toolloop_cli._canonical import sha256_of
+
+    assert receipt["approval"]["args_sha256"] == sha256_of({"path": target}) == receipt["args_sha256"]
+    ungated = cli("call", str(tmp_path / "reg.yml"), "t", "echo", "--args", "{}")
+    assert json.loads(ungated.stdout.decode().splitlines()[0])["approval"] is None

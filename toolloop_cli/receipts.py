@@ -57,6 +57,8 @@ class Receipt:
     started_at: str | None
     finished_at: str | None
     duration_ms: float
+    approval: dict | None = None  # a gated call's answer: {decision, by, at, args_sha256}
+    child_run_id: str | None = None  # the child run of a plan tool
 
     def as_record(self) -> dict:
         """The JSON Lines record: every SPEC 9 key, in SPEC order."""
@@ -85,6 +87,8 @@ class Receipt:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "duration_ms": self.duration_ms,
+            "approval": self.approval,
+            "child_run_id": self.child_run_id,
         }
 
     @classmethod

@@ -28,6 +28,13 @@ class EnvelopeRecord(_Record):
     handoff: dict[str, Any]
 
 
+class ApprovalRecord(_Record):
+    decision: Literal["approved", "edited", "rejected"]
+    by: str
+    at: str = RFC3339
+    args_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class ReceiptRecord(_Record):
     """One call's receipt."""
 
@@ -55,6 +62,8 @@ class ReceiptRecord(_Record):
     started_at: Optional[str] = RFC3339
     finished_at: Optional[str] = RFC3339
     duration_ms: float = Field(ge=0)
+    approval: Optional[ApprovalRecord]
+    child_run_id: Optional[str]
 
 
 class Tokens(_Record):

@@ -16,28 +16,53 @@ class Approvals:
         self.store = store
         self.run_id = run_id
 
-    def decide(self, item_key: str | None, call_key: str, args: Any, args_sha256: str) -> tuple[str, Any]:
-        """``("run", args)``, ``("reject", message)`` or ``("wait", None)``."""
+    def decide(self, item_key: str | None, call_key: str, args: Any, args_sha256: str) -> tuple[str, Any, str | None]:
+        """``("run", args, by)``, ``("reject", message, by)`` or ``("wait", None, None)``; ``by`` is
+        who answered."""
         row = self.store.approval(self.run_id, item_key, call_key)
         if row is None:
             self.store.request_approval(self.run_id, item_key, call_key, args_sha256)
-            return "wait", None
+            return "wait", None, None
         state = row["state"]
+        by = row.get("approver") or "unknown"
         if state == "pending":
-            return "wait", None
+            return "wait", None, None
         if state == "rejected":
-            return "reject", row["message"] or "rejected by a person"
+            return "reject", row["message"] or "rejected by a person", by
         if state == "approved":
             approved = row["args"] if row["args"] is not None else args
             # an approval is bound to the hash of the arguments it approved, and used once
             if sha256_of(approved) == row["args_sha256"] and self.store.use_approval(self.run_id, item_key, call_key):
-                return "run", approved
+                return "run", approved, by
         self.store.reopen_approval(self.run_id, item_key, call_key, args_sha256)
-        return "wait", None
+        return "wait", None, None
 
-    def record(self, item_key: str | None, call_key: str, args_sha256: str, verdict: str, value: Any) -> None:
+    def record(self, item_key: str | None, call_key: str, args_sha256: str, verdict: str, value: Any,
+               by: str) -> None:
         """Journal an answer given at a terminal (used at once: the arguments are not kept)."""
         if verdict == "run":
-            self.store.answer_approval(self.run_id, item_key, call_key, "used", args_sha256=sha256_of(value))
+            self.store.answer_approval(self.run_id, item_key, call_key, "used", args_sha256=sha256_of(value),
+                                       **_approver(self.store, by))
         else:
-            self.store.answer_approval(self.run_id, item_key, call_key, "rejected", message=value)
+            self.store.answer_approval(self.run_id, item_key, call_key, "rejected", message=value,
+                                       **_approver(self.store, by))
+
+
+def _approver(store: Any, by: str) -> dict:
+    # stores that record who answered take ``approver``
+    import inspect
+
+    try:
+        takes = "approver" in inspect.signature(store.answer_approval).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {"approver": by} if takes else {}
+
+
+def login_name() -> str:
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -273,21 +273,23 @@ async def execute_call(
     args_sha256: str | None = None,
     parent_receipt_id: str | None = None,
     iteration: int | None = None,
+    approval: dict | None = None,
 ) -> tuple[Receipt, Any, dict | None]:
     """Run one call that passed its gates (``gates.check_call``). Returns its receipt, the real
     (unredacted) result and envelope reading, for the engine's own use (lane handoff, dispatch).
     Never raises for App failures."""
-    where = _Where(seq, item_key, call_key, parent_receipt_id, iteration)
+    where = _Where(seq, item_key, call_key, parent_receipt_id, iteration, approval)
     if ctx.dispatching:
         return await execute_in_frame(ctx, tool, args, seq=seq, item_key=item_key, call_key=call_key,
                                       args_sha256=args_sha256, parent_receipt_id=parent_receipt_id,
-                                      iteration=iteration)
+                                      iteration=iteration, approval=approval)
     return await _execute(ctx, tool, args, where, args_sha256, ctx.sequence.new_receipt_id(), None)
 
 
 async def execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, *, seq: int, item_key: str | None,
                            call_key: str | None, args_sha256: str | None, parent_receipt_id: str | None,
-                           iteration: int | None, parent: CallFrame | None = None) -> tuple[Receipt, Any, dict | None]:
+                           iteration: int | None, parent: CallFrame | None = None,
+                           approval: dict | None = None) -> tuple[Receipt, Any, dict | None]:
     """``execute_call`` for runs where a tool may dispatch: the call is visible to ``dispatch()``
     in its task, threads and asyncio task; a call whose tool declares no dispatch hides its
     parent's frame."""
@@ -296,7 +298,7 @@ async def execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, *, seq: 
              if tool.dispatch else None)
     token = CURRENT.set(frame)
     try:
-        return await _execute(ctx, tool, args, _Where(seq, item_key, call_key, parent_receipt_id, iteration),
+        return await _execute(ctx, tool, args, _Where(seq, item_key, call_key, parent_receipt_id, iteration, approval),
                               args_sha256, receipt_id, frame)
     finally:
         CURRENT.reset(token)
@@ -313,6 +315,7 @@ class _Where:
     call_key: str | None
     parent_receipt_id: str | None
     iteration: int | None
+    approval: dict | None = None
 
 
 @dataclass(slots=True)
@@ -356,7 +359,7 @@ async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, a
         iteration=where.iteration, receipt_id=receipt_id, status=ran.outcome.status,
         abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=args_sha,
         **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(started), finished_at=rfc3339(time.time()),
-        duration_ms=round((time.perf_counter() - t0) * 1000, 3),
+        duration_ms=round((time.perf_counter() - t0) * 1000, 3), approval=where.approval,
     )
     if ctx.services.audit is not None:
         ctx.emit_audit("finished", **meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,
@@ -485,6 +488,7 @@ def not_run_receipt(
     ctx: RunContext, tool: ToolSpec | str, args: Any, *, seq: int, item_key: str | None, call_key: str | None,
     status: str, message: str | None, args_sha256: str | None = None,
     parent_receipt_id: str | None = None, iteration: int | None = None, kind: str | None = None,
+    approval: dict | None = None,
 ) -> Receipt:
     """A receipt for a call that never started (skipped, cancelled before start, denied...).
     ``tool`` is a tool id as written when the call never resolved to a registered tool."""
@@ -501,5 +505,5 @@ def not_run_receipt(
         args_sha256=args_sha256 if args_sha256 is not None else (sha256_of(args) if args is not None else None),
         args=shown, result=None,
         error={"kind": kind or status, "message": message} if message else None, envelope=None,
-        started_at=None, finished_at=None, duration_ms=0.0,
+        started_at=None, finished_at=None, duration_ms=0.0, approval=approval,
     )

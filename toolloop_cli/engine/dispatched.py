@@ -77,7 +77,8 @@ async def execute_child(frame: CallFrame, tool: ToolSpec, args: Any) -> Any:
              "parent_receipt_id": frame.receipt_id, "iteration": frame.iteration}
     verdict = await check_call(ctx, tool, args, source="dispatch", item_key=frame.item_key, call_key=None)
     if isinstance(verdict, Refuse):
-        receipt = not_run_receipt(ctx, tool, args, status=verdict.status, message=verdict.message, **where)
+        receipt = not_run_receipt(ctx, tool, args, status=verdict.status, message=verdict.message,
+                                  approval=verdict.approval, **where)
         ctx.children.add(frame.seq, receipt)
         if ctx.contract.evidence is not None:
             await give_evidence(ctx, receipt)

@@ -15,11 +15,13 @@ answer, or a person at a terminal through the ``ask`` service). Approval fails c
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .._canonical import sha256_of
 from ..contract.schemas import schema_errors
+from ..receipts import rfc3339
 
 if TYPE_CHECKING:
     from ..contract.compiled import ToolSpec
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class Go:
     args: Any
+    approval: dict | None = None  # a gated call's answer, for its receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class Refuse:
     status: str
     message: str
     args: Any  # the arguments the receipt shows
+    approval: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,37 +84,49 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
                       args)
     if tool.approval is None:
         return Go(args)
+    if not tool.approval.matches(args, tool.effect):
+        return Go(args)
     if source == "dispatch":
-        if tool.approval.matches(args, tool.effect):
-            return Refuse("denied", f"tool '{tool.id}' needs approval here ({tool.approval_text}); "
-                                    "a dispatched call cannot wait for it", args)
-        return Go(args)
-    if ctx.config.approve == "all" or not tool.approval.matches(args, tool.effect):
-        return Go(args)
-    verdict, value = await _answer(ctx, tool, args, item_key, call_key, args_sha256)
+        return Refuse("denied", f"tool '{tool.id}' needs approval here ({tool.approval_text}); "
+                                "a dispatched call cannot wait for it", args, _answered("rejected", "engine", args))
+    if ctx.config.approve == "all":
+        return Go(args, _answered("approved", "flag", args))
+    verdict, value, by = await _answer(ctx, tool, args, item_key, call_key, args_sha256)
     if verdict == "wait":
         return WAIT
     if verdict == "reject":
-        return Refuse("denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}", args)
+        return Refuse("denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}", args,
+                      _answered("rejected", by, args))
     if value is not args:  # arguments edited by the approver: checked again
         problem = input_problem(tool, value)
         if problem is not None:
-            return Refuse("invalid_input", f"approved arguments fail input_schema: {problem}", value)
-    return Go(value)
+            return Refuse("invalid_input", f"approved arguments fail input_schema: {problem}", value,
+                          _answered("edited", by, value))
+        if sha256_of(value) != (args_sha256 or sha256_of(args)):
+            return Go(value, _answered("edited", by, value))
+    return Go(value, _answered("approved", by, value))
+
+
+def _answered(decision: str, by: str, args: Any) -> dict:
+    """A gated call's ``approval`` as its receipt shows it (SPEC: decision, by, at, args_sha256)."""
+    return {"decision": decision, "by": by, "at": rfc3339(time.time()), "args_sha256": sha256_of(args)}
 
 
 async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | None, call_key: str | None,
-                  args_sha256: str | None) -> tuple[str, Any]:
-    """A gated call's answer, failing closed: ("run", args), ("reject", why) or ("wait", None)."""
+                  args_sha256: str | None) -> tuple[str, Any, str]:
+    """A gated call's answer, failing closed: ("run", args, by), ("reject", why, by) or ("wait", None, "")."""
     if ctx.config.approve == "none":
-        return "reject", "rejected by --approve none"
+        return "reject", "rejected by --approve none", "flag"
     approvals = ctx.services.approvals
     if approvals is None:
-        return "reject", "no person can answer here (run with --approve all or --approve none)"
+        return "reject", "no person can answer here (run with --approve all or --approve none)", "engine"
     sha = args_sha256 or sha256_of(args)
-    verdict, value = approvals.decide(item_key, call_key, args, sha)
+    verdict, value, by = approvals.decide(item_key, call_key, args, sha)
     ask = ctx.services.ask
     if verdict == "wait" and ask is not None:  # a person at a terminal answers now
+        from .approvals import login_name
+
         verdict, value = await ask(tool, item_key, call_key, args)
-        approvals.record(item_key, call_key, sha, verdict, value)
-    return verdict, value
+        by = login_name()
+        approvals.record(item_key, call_key, sha, verdict, value, by)
+    return verdict, value, by or "unknown"

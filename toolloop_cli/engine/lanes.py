@@ -39,10 +39,11 @@ class _LaneRun:
         self.stop_reason: str | None = None
         self.current_args: Any = None
 
-    def _not_run(self, call: AdmittedCall, args: Any, status: str, message: str) -> None:
+    def _not_run(self, call: AdmittedCall, args: Any, status: str, message: str, approval: dict | None = None) -> None:
         self.settlement.settle(not_run_receipt(
             self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
-            status=status, message=message, args_sha256=call.args_sha256 if args is call.args else None))
+            status=status, message=message, args_sha256=call.args_sha256 if args is call.args else None,
+            approval=approval))
 
     async def run(self) -> None:
         state = self.state
@@ -60,9 +61,9 @@ class _LaneRun:
                 self._pause(call)
                 return
             if isinstance(verdict, Refuse):
-                self._refuse(call, verdict.args, verdict.status, verdict.message)
+                self._refuse(call, verdict.args, verdict.status, verdict.message, verdict.approval)
                 continue
-            await self._run_call(call, verdict.args)
+            await self._run_call(call, verdict.args, verdict.approval)
 
     async def _gate(self, call: AdmittedCall) -> Any:
         args = call.args
@@ -79,11 +80,11 @@ class _LaneRun:
         self.pos = len(self.calls)
         self.state.paused.append((call.item_key, call.call_key))
 
-    async def _run_call(self, call: AdmittedCall, args: Any) -> None:
+    async def _run_call(self, call: AdmittedCall, args: Any, approval: dict | None = None) -> None:
         self.current_args = args
         receipt, _value, envelope = await execute_call(
             self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
-            args_sha256=call.args_sha256 if args is call.args else None,
+            args_sha256=call.args_sha256 if args is call.args else None, approval=approval,
         )
         self.pos += 1
         self.settlement.settle(receipt)
@@ -96,10 +97,10 @@ class _LaneRun:
             if self.payload is not None and envelope["handoff"]:
                 self.payload.update(envelope["handoff"])
 
-    def _refuse(self, call: AdmittedCall, args: Any, status: str, message: str) -> None:
+    def _refuse(self, call: AdmittedCall, args: Any, status: str, message: str, approval: dict | None = None) -> None:
         """The call does not run: its receipt says why, and the rest of its lane is skipped."""
         self.pos += 1
-        self._not_run(call, args, status, message)
+        self._not_run(call, args, status, message, approval)
         self.stop_reason = f"call '{call.call_key}' in this lane ended {status}"
 
     def cancel_current(self) -> None:

@@ -377,7 +377,8 @@ class RoutedRunner:
         self.seq += 1
         if isinstance(verdict, Refuse):
             receipt = not_run_receipt(ctx, tool, verdict.args, seq=seq, item_key=None, call_key=call_key,
-                                      status=verdict.status, message=verdict.message, iteration=it)
+                                      status=verdict.status, message=verdict.message, iteration=it,
+                                      approval=verdict.approval)
         elif self._in_flight_write(seq, tool):
             receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
                                       status="interrupted", message=(
@@ -385,7 +386,7 @@ class RoutedRunner:
                                           " happened; run it again on purpose with --retry-interrupted"))
         else:
             receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
-                                                       call_key=call_key, iteration=it)
+                                                       call_key=call_key, iteration=it, approval=verdict.approval)
         session.settlement.settle(receipt)  # type: ignore[union-attr]
         return receipt
 
