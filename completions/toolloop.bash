@@ -18,7 +18,7 @@ _toolloop_options()
         "toolloop") echo "--help --install-completion --show-completion --version -h" ;;
         "toolloop abort") echo "--help --message --state-dir -h" ;;
         "toolloop approve") echo "--approve --args --help --item --message --reject --state-dir -h" ;;
-        "toolloop call") echo "--args --format --help --no-cache --state-dir --timeout -f -h" ;;
+        "toolloop call") echo "--approve --args --format --help --no-cache --state-dir --timeout -f -h" ;;
         "toolloop lock") echo "--help -h" ;;
         "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
         "toolloop resume") echo "--format --help --lanes --retry-failed --retry-interrupted --state-dir -f -h" ;;
@@ -45,6 +45,7 @@ _toolloop_option_value()
         "toolloop approve --item") echo "@text" ;;
         "toolloop approve --message") echo "@text" ;;
         "toolloop approve --state-dir") echo "@dir" ;;
+        "toolloop call --approve") echo "ask all none" ;;
         "toolloop call --args") echo "@text" ;;
         "toolloop call --state-dir") echo "@dir" ;;
         "toolloop call --timeout") echo "@text" ;;

@@ -50,6 +50,7 @@ set -g __toolloop_value_options \
     'toolloop approve --item' \
     'toolloop approve --message' \
     'toolloop approve --state-dir' \
+    'toolloop call --approve' \
     'toolloop call --args' \
     'toolloop call --format' \
     'toolloop call --state-dir' \
@@ -127,6 +128,7 @@ complete -c toolloop -n '__toolloop_using toolloop approve' -l state-dir -r -F -
 complete -c toolloop -n '__toolloop_using toolloop approve' -s h -l help -d 'Show this message and exit.'
 
 # toolloop call
+complete -c toolloop -n '__toolloop_using toolloop call' -l approve -x -a 'ask all none' -d 'Approval gates: ask (a prompt on a terminal, else the call pauses for \'toolloop approve\'), all, or none.'
 complete -c toolloop -n '__toolloop_using toolloop call' -l args -x -d 'Arguments as a JSON object.'
 complete -c toolloop -n '__toolloop_using toolloop call' -l no-cache -d 'Do not read the cache.'
 complete -c toolloop -n '__toolloop_using toolloop call' -l state-dir -r -F -d 'Folder of state.db.'

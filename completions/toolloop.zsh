@@ -73,6 +73,7 @@ _toolloop_approve() {
 
 _toolloop_call() {
     _arguments \
+        '--approve[Approval gates\: ask (a prompt on a terminal, else the call pauses for '\''toolloop approve'\''), all, or none.]:approve:(ask all none)' \
         '--args[Arguments as a JSON object.]:args: ' \
         '--no-cache[Do not read the cache.]' \
         '--state-dir[Folder of state.db.]:state-dir:_files -/' \

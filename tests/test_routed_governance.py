@@ -256,3 +256,18 @@ def test_gated_receipts_carry_the_answer_in_every_mode(tmp_path, model_server, c
     assert receipt["approval"]["args_sha256"] == sha256_of({"path": target}) == receipt["args_sha256"]
     ungated = cli("call", str(tmp_path / "reg.yml"), "t", "echo", "--args", "{}")
     assert json.loads(ungated.stdout.decode().splitlines()[0])["approval"] is None
+
+
+def test_toolloop_call_applies_gates_like_run(tmp_path, model_server, cli):
+    target = str(tmp_path / "c.txt")
+    setup(tmp_path, model_server)
+    reg = str(tmp_path / "reg.yml")
+    args = json.dumps({"path": target})
+    refused = cli("call", reg, "t", "write_file", "--args", args, "--approve", "none")
+    assert refused.returncode == 1 and json.loads(refused.stdout.decode().splitlines()[0])["status"] == "denied"
+    paused = cli("call", reg, "t", "write_file", "--args", args)
+    assert paused.returncode == 4 and not os.path.exists(target)
+    rid = json.loads(paused.stdout.decode().splitlines()[-1])["run_id"]
+    assert f"toolloop approve {rid} 0 --approve|--reject" in paused.stderr.decode()
+    assert cli("approve", rid, "0", "--approve").returncode == 0
+    assert cli("resume", rid).returncode == 0 and open(target).read() == "ran\n"

@@ -245,6 +245,7 @@ def call(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="Timeout in seconds if the tool sets none."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
+    approve: Approve = typer.Option(Approve.ask, "--approve", help="Approval gates: ask (a prompt on a terminal, else the call pauses for 'toolloop approve'), all, or none."),
 ) -> None:
     """Run one ad-hoc call through every gate and print its receipt."""
     import orjson
@@ -265,4 +266,5 @@ def call(
     except ConfigError as exc:
         print_findings(exc.problems)
         raise typer.Exit(3)
-    _execute(admitted, format, None, timeout, no_cache, False, state_dir, None, 16 * 1024 * 1024)
+    _execute(admitted, format, None, timeout, no_cache, False, state_dir, None, 16 * 1024 * 1024,
+             approve=approve.value)
