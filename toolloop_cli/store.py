@@ -316,6 +316,16 @@ class Store:
                 return None
             return _row(cur, row)
 
+    def child_run(self, parent_run_id: str, parent_seq: int) -> dict | None:
+        """The child run a call of ``parent_run_id`` started (a ``plan:`` tool), newest first."""
+        with self._lock:
+            cur = self.db.execute(
+                "SELECT * FROM runs WHERE json_extract(options, '$.parent_run_id')=?"
+                " AND json_extract(options, '$.parent_seq')=? ORDER BY started_at DESC LIMIT 1",
+                (parent_run_id, parent_seq))
+            row = cur.fetchone()
+            return None if row is None else _row(cur, row)
+
     def list_runs(self) -> list[dict]:
         """Every run, newest first."""
         with self._lock:
@@ -614,7 +624,7 @@ class JournalWriter:
     """
 
     _STOP = object()
-    _COMMIT, _EMIT, _BOTH, _OTHER, _SYNC = 1, 2, 3, 4, 8
+    _COMMIT, _EMIT, _BOTH, _OTHER, _SYNC, _OTHER_QUIET = 1, 2, 3, 4, 8, 16
 
     def __init__(self, store: Store, after_commit: Callable[[dict], None], max_batch: int = 512,
                  on_error: Callable[[BaseException], None] | None = None,
@@ -638,9 +648,10 @@ class JournalWriter:
         """Commit a receipt, then hand it on."""
         self._q.put((self._BOTH, record))
 
-    def record(self, record: dict, receipts_before: int) -> None:
-        """Commit any other output record (a decision, a supervisor record...), then hand it on."""
-        self._q.put((self._OTHER, (record, receipts_before)))
+    def record(self, record: dict, receipts_before: int, emit: bool = True) -> None:
+        """Commit any other output record (a decision, a supervisor record...), then hand it on
+        (unless ``emit`` is false: a child run's records are journaled, not printed)."""
+        self._q.put((self._OTHER if emit else self._OTHER_QUIET, (record, receipts_before)))
 
     def commit(self, record: dict) -> None:
         self._q.put((self._COMMIT, record))
@@ -675,7 +686,7 @@ class JournalWriter:
             items = [b for b in batch if b is not self._STOP and b[0] != self._SYNC]
             if items and self.commit_error is None:
                 records = [r for kind, r in items if kind & self._COMMIT]
-                others = [r for kind, r in items if kind == self._OTHER]
+                others = [r for kind, r in items if kind in (self._OTHER, self._OTHER_QUIET)]
                 try:
                     if others:
                         self.store.put_records(records, others)

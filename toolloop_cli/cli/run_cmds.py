@@ -227,8 +227,12 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         notice(f"interrupted; resume with: toolloop resume {result.summary['run_id']}")
     elif result.summary["status"] == "stopped":
         rid = result.summary["run_id"]
-        for item_key, call_key in result.state.paused:
-            notice(f"call {call_key}{f' (lane {item_key})' if item_key else ''} waits for approval: "
+        for item_key, call_key, child_run_id in result.state.paused:
+            where = f"call {call_key}{f' (lane {item_key})' if item_key else ''}"
+            if child_run_id is not None:
+                notice(f"{where} runs child run {child_run_id}, which waits: see toolloop approvals list {child_run_id}")
+                continue
+            notice(f"{where} waits for approval: "
                    f"toolloop approve {rid} {call_key}{f' --item {item_key}' if item_key else ''} --approve|--reject")
         notice(f"stopped early; resume with: toolloop resume {rid}")
     if replay is not None:

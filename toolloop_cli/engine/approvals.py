@@ -58,11 +58,3 @@ def _approver(store: Any, by: str) -> dict:
         takes = False
     return {"approver": by} if takes else {}
 
-
-def login_name() -> str:
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

@@ -3,6 +3,7 @@ redaction, and its receipt."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from .._canonical import canonical_bytes, sha256_of
 from ..contract.compiled import ToolSpec
 from ..contract.schemas import schema_errors
 from ..receipts import Receipt, rfc3339
+from .child_runs import ChildFailed, ChildResult
 from .context import RunContext
 from .executors import Executor
 from .executors.thread import HeldSlot
@@ -30,6 +32,7 @@ class Outcome:
     value: Any = None
     error: dict | None = None
     abandoned: bool = False
+    child_run_id: str | None = None
 
 
 def _failure(exc: Exception) -> Outcome:
@@ -37,6 +40,8 @@ def _failure(exc: Exception) -> Outcome:
 
     if isinstance(exc, WorkerOutputRejected):
         return Outcome("invalid_output", error={"kind": exc.kind, "message": str(exc)})
+    if isinstance(exc, ChildFailed):
+        return Outcome("error", error={"kind": exc.kind, "message": str(exc) or exc.kind}, child_run_id=exc.child_run_id)
     kind = exc.kind if isinstance(exc, WorkerFailure) else type(exc).__name__
     return Outcome("error", error={"kind": kind, "message": str(exc) or kind})
 
@@ -64,7 +69,11 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
             error={"kind": "timeout", "message": f"no result within {timeout:g}s"},
             abandoned=executor.abandons,
         )
-    return failed if failed is not None else Outcome("ok", value)
+    if failed is not None:
+        return failed
+    if isinstance(value, ChildResult):
+        return Outcome("ok", value.value, child_run_id=value.child_run_id)
+    return Outcome("ok", value)
 
 
 def private_copy(args: dict) -> dict:
@@ -155,7 +164,8 @@ class _Attempts:
             ctx.emit_audit("started", **self.meta, attempt=self.count)
         w = self.where
         token = set_current(CallIdentity(ctx.config.run_id, w.seq, w.item_key, w.call_key, self.count,
-                                         ctx.config.labels, idempotency_key(ctx.config.run_id, w.seq)))
+                                         ctx.config.labels, idempotency_key(ctx.config.run_id, w.seq),
+                                         self.meta.get("receipt_id") or w.receipt_id))
         try:
             if self.frame is not None:
                 return await _attempt_with_children(ctx, tool, self.executor, self.args, self.timeout, slot, self.frame)
@@ -316,6 +326,7 @@ class _Where:
     parent_receipt_id: str | None
     iteration: int | None
     approval: dict | None = None
+    receipt_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -333,6 +344,7 @@ class _Ran:
 async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, args_sha256: str | None,
                    receipt_id: str, frame: CallFrame | None) -> tuple[Receipt, Any, dict | None]:
     args_sha = args_sha256 or sha256_of(args)
+    where = dataclasses.replace(where, receipt_id=receipt_id)
     meta: dict = {}
     if ctx.services.audit is not None:
         meta = {"seq": where.seq, "tool": tool.id, "item_key": where.item_key, "call_key": where.call_key,
@@ -360,6 +372,7 @@ async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, a
         abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=args_sha,
         **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(started), finished_at=rfc3339(time.time()),
         duration_ms=round((time.perf_counter() - t0) * 1000, 3), approval=where.approval,
+        child_run_id=ran.outcome.child_run_id,
     )
     if ctx.services.audit is not None:
         ctx.emit_audit("finished", **meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,

@@ -82,6 +82,9 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
     if source in _COUNTED_HERE and tool.max_calls is not None and ctx.ledger.made(tool.id) >= tool.max_calls:
         return Refuse("budget_exceeded", f"tool '{tool.id}' has made its max_calls ({tool.max_calls}) in this run",
                       args)
+    budget = ctx.services.budget
+    if source == "dispatch" and budget is not None and not budget.take_tool_call():
+        return Refuse("budget_exceeded", "the run's tool-call budget (max_tool_calls) is used up", args)
     if tool.approval is None:
         return Go(args)
     if not tool.approval.matches(args, tool.effect):
@@ -124,9 +127,17 @@ async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | No
     verdict, value, by = approvals.decide(item_key, call_key, args, sha)
     ask = ctx.services.ask
     if verdict == "wait" and ask is not None:  # a person at a terminal answers now
-        from .approvals import login_name
-
         verdict, value = await ask(tool, item_key, call_key, args)
         by = login_name()
         approvals.record(item_key, call_key, sha, verdict, value, by)
     return verdict, value, by or "unknown"
+
+
+def login_name() -> str:
+    """Who answers at this terminal: the login name."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -29,6 +29,7 @@ class CallIdentity:
     attempt: int
     labels: Mapping[str, str] = field(default_factory=dict)
     idempotency_key: str = ""
+    receipt_id: str | None = None  # the id the call's receipt will carry
 
 
 _CURRENT: contextvars.ContextVar[CallIdentity | None] = contextvars.ContextVar("toolloop_call_identity", default=None)

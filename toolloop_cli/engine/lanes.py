@@ -12,6 +12,7 @@ from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from ..plan.lanes import RejectedLane
 from ..receipts import Receipt
 from .call import execute_call, not_run_receipt
+from .child_runs import ChildPaused
 from .context import RunContext
 from .gates import Refuse, Wait, check_call
 from .runstate import HaltPolicy, RunState
@@ -74,18 +75,22 @@ class _LaneRun:
         return await check_call(self.ctx, call.tool, args, source=source, item_key=call.item_key,
                                 call_key=call.call_key, args_sha256=call.args_sha256)
 
-    def _pause(self, call: AdmittedCall) -> None:
+    def _pause(self, call: AdmittedCall, child_run_id: str | None = None) -> None:
         for c in self.calls[self.pos:]:
             self.settlement.skip(c.seq)
         self.pos = len(self.calls)
-        self.state.paused.append((call.item_key, call.call_key))
+        self.state.paused.append((call.item_key, call.call_key, child_run_id))
 
     async def _run_call(self, call: AdmittedCall, args: Any, approval: dict | None = None) -> None:
         self.current_args = args
-        receipt, _value, envelope = await execute_call(
-            self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
-            args_sha256=call.args_sha256 if args is call.args else None, approval=approval,
-        )
+        try:
+            receipt, _value, envelope = await execute_call(
+                self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
+                args_sha256=call.args_sha256 if args is call.args else None, approval=approval,
+            )
+        except ChildPaused as paused:  # a child run waits for a person: the lane pauses with it
+            self._pause(call, paused.child_run_id)
+            return
         self.pos += 1
         self.settlement.settle(receipt)
         if receipt.status != "ok":

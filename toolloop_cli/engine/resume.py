@@ -313,19 +313,26 @@ def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interr
                     owner: str) -> tuple[AdmittedPlan, dict]:
     """A routed run is resumed by replaying its journal: the plan is admitted again from its file,
     recorded model answers are reused and settled receipts kept (``engine/routed.py``)."""
-    from .recording import Recording, seconds_used
-
     j = _load_contract(run)
     plan = admit_journaled(run, j)
-    receipts = store.receipts_of(j.run_id)
-    answers = store.model_answers_of(j.run_id)
-    pauses = frozenset((rec["iteration"], rec["rule"]) for _before, rec in store.records_of(j.run_id)
-                       if rec.get("type") == "supervisor" and rec.get("action") == "pause")
-    recording = Recording(answers=answers, receipts={r["seq"]: r for r in receipts},
-                          started=store.started_seqs(j.run_id), retry_failed=retry_failed,
-                          retry_interrupted=retry_interrupted, seconds_used=seconds_used(receipts, answers),
-                          pauses=pauses)
+    recording = prepare_routed_journal(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted)
     return plan, {"owner": owner, "recording": recording}
+
+
+def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = False,
+                           retry_interrupted: bool = False) -> Any:
+    """What a routed run's journal holds, for the routed runner to replay when it goes on (a
+    resumed run, or a child run its parent resumes)."""
+    from .recording import Recording, seconds_used
+
+    run_id = run["run_id"]
+    receipts = store.receipts_of(run_id)
+    answers = store.model_answers_of(run_id)
+    pauses = frozenset((rec["iteration"], rec["rule"]) for _before, rec in store.records_of(run_id)
+                       if rec.get("type") == "supervisor" and rec.get("action") == "pause")
+    return Recording(answers=answers, receipts={r["seq"]: r for r in receipts}, started=store.started_seqs(run_id),
+                     retry_failed=retry_failed, retry_interrupted=retry_interrupted,
+                     seconds_used=seconds_used(receipts, answers), pauses=pauses)
 
 
 def _kept_children(receipts: dict[int, dict], plan_seqs: set[int], kept: set[int]) -> list[tuple[int, Receipt]]:

@@ -33,6 +33,7 @@ from ..router.decisions import Decision, parse_decision, router_messages
 from ..router.observations import observe_masked, observe_receipt, observe_rejection, observe_withheld
 from ..router.views import Budgets, LoopView, Malformed, Observation, Step
 from .call import execute_call, not_run_receipt
+from .child_runs import ChildPaused
 from .gates import Refuse, Wait, check_call
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
@@ -102,11 +103,12 @@ class RoutedRunner:
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
-                 env: Any = None, plan_path: str | None = None):
+                 env: Any = None, parent_budget: Any = None):
         assert plan.routed is not None
         self.plan = plan
         self.spec = plan.routed
         self.recording = recording
+        self.parent_budget = parent_budget  # the parent loop's ledger, for a child run
         self.env = os.environ if env is None else env
         self.state = LoopState(seconds_used=recording.seconds_used if recording else 0.0)
         self.observations: list[Observation] = []
@@ -130,11 +132,14 @@ class RoutedRunner:
             session.store.reopen_run(session.run_id)
             return
         plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
+        options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form()}
+        if session.parent is not None:  # a child run: how its parent's resume finds it again
+            options.update(parent_run_id=session.parent[0], parent_receipt_id=session.parent[1],
+                           parent_seq=session.parent_seq, depth=session.depth, context=self.spec.context)
         session.store.create_run({
             "run_id": session.run_id, "mode": "routed", "plan_path": plan_path, "plan_sha256": plan.plan_sha256,
             "registry_path": os.path.abspath(plan.registry_path), "contract_sha256": plan.contract.contract_sha256,
-            "options": {"subagent": plan.subagent.id, "app_root": plan.contract.app_root,
-                        **session.options.journal_form()},
+            "options": options,
             "parallel_batch_id": None, "total_calls": 0, "lease_owner": session.owner,
         })
 
@@ -142,6 +147,7 @@ class RoutedRunner:
 
     async def __call__(self, session: RunSession) -> RunnerEnd:
         self.session = session
+        session.ctx.services.budget = self  # child runs and dispatched calls check and charge it
         rec = self.recording
         recorded: Any = rec.answers if rec is not None else ()
         if rec is not None and rec.replay:  # every profile answers from the recording: no network, no key
@@ -240,13 +246,46 @@ class RoutedRunner:
         # a call whose result a recorded answer has seen
         await trio.to_thread.run_sync(self.session.journal.sync)
         profile = self.spec.profiles()[role]
-        left = max(1, self.spec.budget.max_tokens - self.state.tokens)
+        left = self.tokens_left()
+        if left <= 0 or self.cost_left() == 0.0:  # a parent's budget spent by its children ends a child
+            raise _End("budget_exceeded")
         cap = min(profile.max_output_tokens, left) if profile.max_output_tokens else left
         answer = await self.models.ask(role, profile, messages, deadline=self.deadline, max_tokens=cap)
         r = answer.reply
         cost = profile.price.cost(r.input_tokens, r.output_tokens) if profile.price is not None else None
         self.state.charge(role, r.input_tokens, r.output_tokens, cost)
+        if self.parent_budget is not None:
+            self.parent_budget.charge_child(r.input_tokens, r.output_tokens, cost)
         return answer
+
+    # -- the budget ledger: what child runs and dispatched calls check and charge -------------------
+
+    def tokens_left(self) -> int:
+        """Tokens this run may still spend: its own budget, capped by its parent's."""
+        own = self.spec.budget.max_tokens - self.state.tokens
+        return min(own, self.parent_budget.tokens_left()) if self.parent_budget is not None else own
+
+    def cost_left(self) -> float | None:
+        """Dollars this run may still spend (None: no cost budget anywhere above it)."""
+        b = self.spec.budget
+        own = None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.state.cost_usd or 0.0))
+        above = self.parent_budget.cost_left() if self.parent_budget is not None else None
+        if own is None:
+            return above
+        return own if above is None else min(own, above)
+
+    def charge_child(self, input_tokens: int, output_tokens: int, cost: float | None) -> None:
+        """A child run spent this: it counts toward this run's budgets (and its parent's)."""
+        self.state.charge("children", input_tokens, output_tokens, cost)
+        if self.parent_budget is not None:
+            self.parent_budget.charge_child(input_tokens, output_tokens, cost)
+
+    def take_tool_call(self) -> bool:
+        """A dispatched call takes one of the run's tool calls, if any is left."""
+        if self.state.tool_calls >= self.spec.budget.max_tool_calls:
+            return False
+        self.state.tool_calls += 1
+        return True
 
     async def _turn(self) -> None:
         if self.supervision.read_controls(self.state.iterations + 1) is not None:
@@ -372,7 +411,7 @@ class RoutedRunner:
             return copied
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
         if isinstance(verdict, Wait):
-            session.state.paused.append((None, call_key))
+            session.state.paused.append((None, call_key, None))
             raise _End("paused")
         self.seq += 1
         if isinstance(verdict, Refuse):
@@ -385,8 +424,12 @@ class RoutedRunner:
                                           "this write was in flight when the run stopped, so it may or may not have"
                                           " happened; run it again on purpose with --retry-interrupted"))
         else:
-            receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
-                                                       call_key=call_key, iteration=it, approval=verdict.approval)
+            try:
+                receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
+                                                           call_key=call_key, iteration=it, approval=verdict.approval)
+            except ChildPaused as paused:  # a child run waits for a person: so does this loop
+                session.state.paused.append((None, call_key, paused.child_run_id))
+                raise _End("paused") from None
         session.settlement.settle(receipt)  # type: ignore[union-attr]
         return receipt
 

@@ -125,6 +125,11 @@ def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions
     session = RunSession(store, emit, options, run_id=run_id or new_run_id(), contract=plan.contract,
                          mode=plan.mode, subagent=plan.subagent.id, total_calls=plan.total_calls,
                          owner=resume["owner"] if resume is not None else lease_token())
+    child_plans = getattr(plan, "child_plans", None)
+    if child_plans:
+        from .child_plans import install
+
+        install(session, child_plans)
     if plan.mode == "routed":
         from .routed import RoutedRunner
 

@@ -160,8 +160,12 @@ class RunSession:
     """One run: the context its calls share, the journal its records go to, and how it ends."""
 
     def __init__(self, store: Any, emit: Emit, options: RunOptions, *, run_id: str, contract: Contract,
-                 mode: str, subagent: str | None, total_calls: int, owner: str):
+                 mode: str, subagent: str | None, total_calls: int, owner: str,
+                 parent: tuple[str, str] | None = None, depth: int = 0):
         self.store = store
+        self.parent = parent  # (parent run id, parent receipt id) of a child run
+        self.parent_seq: int | None = None  # the parent's call that started this child run
+        self.depth = depth  # 0 for a top plan, 1 for its children, ...
         self.emit = emit
         self.options = options
         self.mode = mode
@@ -239,13 +243,32 @@ class RunSession:
                     nursery.cancel_scope.cancel()
 
             interrupted = self._loop(main, journal)
-        end = ending[0] if ending else RunnerEnd()
+        result = self._finish(ending[0] if ending else RunnerEnd(), interrupted, t0)
+        self.emit(result.summary)
+        return result
+
+    async def run_child(self, runner: Runner, parent_journal: JournalWriter) -> RunResult:
+        """Run ``runner`` as a child run inside its parent's event loop (a ``plan:`` tool): its
+        records and summary go to the parent's journal under its own run id, and are not printed
+        (``toolloop runs show CHILD_RUN_ID`` prints them)."""
+        t0 = time.perf_counter()
+        runner.begin(self)
+        self.journal = _ChildJournal(parent_journal)  # type: ignore[assignment]
+        self.settlement = Settlement(journal=self.journal, children=self.ctx.children, counts=self.state.counts)
+        async with self.ctx.services.executors.opened():  # type: ignore[union-attr]
+            end = await runner(self)
+        await trio.to_thread.run_sync(parent_journal.sync)
+        return self._finish(end, self.state.interrupted, t0)
+
+    def _finish(self, end: RunnerEnd, interrupted: bool, t0: float) -> RunResult:
+        state = self.state
         status = end.status or summary_status(state.counts, stopped=end.stopped, interrupted=interrupted)
         summary = summary_record(self.run_id, self.mode, status, state.counts, (time.perf_counter() - t0) * 1000,
                                  self.ctx.contract.contract_sha256)
         summary.update(end.summary)
+        if self.parent is not None:
+            summary["parent_run_id"], summary["parent_receipt_id"] = self.parent
         self.store.finish_run(self.run_id, status, state.counts, summary, owner=self.owner)
-        self.emit(summary)
         return RunResult(summary, state)
 
     def _loop(self, main: Callable[[], Awaitable[None]], journal: JournalWriter) -> bool:
@@ -284,6 +307,29 @@ class RunSession:
                                f" toolloop resume {self.run_id}") from None
             raise writer_error  # type: ignore[misc]
         return interrupted
+
+
+class _ChildJournal:
+    """A child run's journal: its records are committed by the parent's journal writer, in the
+    same commit order, and never handed on for output."""
+
+    def __init__(self, parent: JournalWriter):
+        self.parent = parent
+
+    def commit(self, record: dict) -> None:
+        self.parent.commit(record)
+
+    def emit(self, record: dict) -> None:
+        return None
+
+    def __call__(self, record: dict) -> None:
+        self.parent.commit(record)
+
+    def record(self, record: dict, receipts_before: int) -> None:
+        self.parent.record(record, receipts_before, emit=False)
+
+    def sync(self) -> None:
+        self.parent.sync()
 
 
 def new_run_id() -> str:

@@ -36,8 +36,8 @@ class Executor(Protocol):
 
 def kind_of(tool: ToolSpec) -> str:
     """The executor a tool's calls run on."""
-    if tool.kind == "mcp":
-        return "mcp"
+    if tool.kind in ("mcp", "plan"):
+        return tool.kind
     if tool.is_async:
         return "asyncio" if tool.runtime == "asyncio" else "trio"
     return "process" if tool.isolation == "process" else "thread"
@@ -53,6 +53,10 @@ class Executors:
         self._shared: dict[str, Executor] = {}
         self._mcp: Any = None  # the run's MCP sessions, while opened
         self._uses_mcp = any(t.kind == "mcp" for s in contract.subagents.values() for t in s.tools.values())
+
+    def install(self, kind: str, executor: Executor) -> None:
+        """An executor made above this layer (child runs of ``plan`` tools: ``engine/child_plans.py``)."""
+        self._shared[kind] = executor
 
     def for_tool(self, tool: ToolSpec) -> Executor:
         key = (tool.subagent, tool.id)
@@ -81,6 +85,8 @@ class Executors:
             from .process import ProcessExecutor
 
             ex = ProcessExecutor(self.contract.app_root, self.output_cap_bytes)
+        elif kind == "plan":
+            raise RuntimeError("plan tools run inside a run that installed its child plans (engine/child_plans.py)")
         else:
             if self._mcp is None:
                 raise RuntimeError("MCP tools run inside an opened run (Executors.opened)")
