@@ -1,21 +1,19 @@
 """Canonical JSON (sorted keys, no whitespace) and its hashes: the basis of args_sha256,
-contract hashes and cache keys."""
+contract hashes and cache keys. Integers of any size are written exactly (``_json``)."""
 
 from __future__ import annotations
 
 import hashlib
 from typing import Any
 
-import orjson
-
-_OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+from ._json import dumps
 
 
 def canonical_bytes(value: Any) -> bytes:
     """The canonical JSON encoding of ``value``: sorted keys, no whitespace, UTF-8."""
-    return orjson.dumps(value, option=_OPTS)
+    return dumps(value, canonical=True)
 
 
 def sha256_of(value: Any) -> str:
     """Hex SHA-256 of the canonical JSON of ``value``."""
-    return hashlib.sha256(orjson.dumps(value, option=_OPTS)).hexdigest()
+    return hashlib.sha256(dumps(value, canonical=True)).hexdigest()

@@ -23,8 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-import orjson
-
+from . import _json
 from .errors import RunError, UsageError
 
 # Each entry brings the schema from version i to i + 1; append, never edit a shipped entry.
@@ -155,7 +154,11 @@ def state_dir(flag: str | os.PathLike | None) -> Path:
 
 
 def _dumps(value: Any) -> str:
-    return orjson.dumps(value).decode()
+    return _json.dumps(value).decode()
+
+
+def _loads(text: str | bytes) -> Any:
+    return _json.loads(text)
 
 
 class Store:
@@ -344,7 +347,7 @@ class Store:
             rows = self.db.execute(
                 "SELECT lane, item_key, payload, payload_sha256 FROM lanes WHERE run_id=? ORDER BY lane",
                 (run_id,)).fetchall()
-        return [(i, k, None if p is None else orjson.loads(p), sha) for i, k, p, sha in rows]
+        return [(i, k, None if p is None else _loads(p), sha) for i, k, p, sha in rows]
 
     def calls_of(self, run_id: str) -> Iterator[tuple]:
         with self._lock:
@@ -352,7 +355,7 @@ class Store:
                 "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls WHERE run_id=? ORDER BY seq",
                 (run_id,)).fetchall()
         for seq, lane, item, ck, tool, args, sha in rows:
-            yield seq, lane, item, ck, tool, (None if args is None else orjson.loads(args)), sha
+            yield seq, lane, item, ck, tool, (None if args is None else _loads(args)), sha
 
     # --- leases (one runner or resumer at a time) -------------------------------------
     def acquire_lease(self, run_id: str, owner: str, seconds: float | None = None) -> bool:
@@ -409,7 +412,7 @@ class Store:
                 return None
             out = _row(cur, row)
         if out.get("args") is not None:
-            out["args"] = orjson.loads(out["args"])
+            out["args"] = _loads(out["args"])
         return out
 
     def answer_approval(self, run_id: str, item_key: str | None, call_key: str, state: str,
@@ -526,7 +529,7 @@ class Store:
     def receipts_of(self, run_id: str) -> list[dict]:
         with self._lock:
             rows = self.db.execute("SELECT record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
-        return [orjson.loads(r[0]) for r in rows]
+        return [_loads(r[0]) for r in rows]
 
     def counts_of(self, run_id: str) -> dict[str, int]:
         """Receipts per status so far (for a run that has no summary yet)."""
@@ -539,7 +542,7 @@ class Store:
         """``(result,)`` for a stored key, else None (a stored ``null`` result is a hit too)."""
         with self._lock:
             row = self.db.execute("SELECT result FROM cache WHERE key=?", (key,)).fetchone()
-        return None if row is None else (orjson.loads(row[0]),)
+        return None if row is None else (_loads(row[0]),)
 
     def put(self, key: str, tool: str, result: Any) -> None:
         with self._lock:
@@ -603,7 +606,7 @@ def _row(cur: sqlite3.Cursor, row: tuple) -> dict:
     out = {d[0]: v for d, v in zip(cur.description, row)}
     for key in ("options", "counts", "summary"):
         if out.get(key):
-            out[key] = orjson.loads(out[key])
+            out[key] = _loads(out[key])
     return out
 
 

@@ -252,14 +252,13 @@ def call(
     approve: Approve = typer.Option(Approve.ask, "--approve", help="Approval gates: ask (a prompt on a terminal, else the call pauses for 'toolloop approve'), all, or none."),
 ) -> None:
     """Run one ad-hoc call through every gate and print its receipt."""
-    import orjson
-
+    from .._json import JSONDecodeError, loads
     from ..engine.adhoc import adhoc_plan
 
     require_file(registry, "registry")
     try:
-        parsed = orjson.loads(args)
-    except orjson.JSONDecodeError as exc:
+        parsed = loads(args)
+    except JSONDecodeError as exc:
         fail(f"--args is not JSON: {exc}", 2, "pass a JSON object, e.g. --args '{\"text\": \"hi\"}'")
     if not isinstance(parsed, dict):
         fail("--args must be a JSON object", 2, "e.g. --args '{\"text\": \"hi\"}'")

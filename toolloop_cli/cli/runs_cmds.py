@@ -93,9 +93,8 @@ def approve(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
 ) -> None:
     """Answer a call that waits for approval, once; then run 'toolloop resume RUN_ID'."""
-    import orjson
-
     from .._canonical import sha256_of
+    from .._json import JSONDecodeError, loads
     from ..engine.resume import find_run
 
     if yes == no:
@@ -113,8 +112,8 @@ def approve(
     edited = None
     if args is not None:
         try:
-            edited = orjson.loads(args)
-        except orjson.JSONDecodeError as exc:
+            edited = loads(args)
+        except JSONDecodeError as exc:
             fail(f"--args is not JSON: {exc}", 1, "pass a JSON object")
         problem = _check_args(store, run, item, call_key, edited)
         if problem:

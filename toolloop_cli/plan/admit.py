@@ -10,6 +10,8 @@ from typing import IO, Any, Iterable
 from pydantic import ValidationError
 
 from .._canonical import sha256_of
+from .._json import value_problem
+from .._text import excerpt
 from ..contract.compiled import Contract, SubagentSpec, ToolSpec
 from ..contract.problems import Collector, Problem, did_you_mean
 from ..contract.registry import display_path, load_document, load_registry
@@ -17,6 +19,9 @@ from ..contract.schemas import schema_errors
 from ..contract.validation import report_model_errors
 from ..errors import ConfigError
 from .models import MODE_KEYS, LaneDecl, PlanDecl
+
+#: a lane payload that was refused (reported once, at the payload); calls it would feed are left out
+_UNUSABLE: Any = {}
 
 @dataclass(slots=True)
 class AdmittedCall:
@@ -149,11 +154,17 @@ class _Admitter:
         self.per_tool[decl.tool] = self.per_tool.get(decl.tool, 0) + 1
         args = decl.args
         if args is None and payload is not None:
+            if payload is _UNUSABLE:
+                return None  # reported once, at the payload
             if fed_later:
                 return AdmittedCall(self.seq, lane, item_key, call_key, tool, None, None) if ok else None
             args = project_payload(tool, payload)
         elif args is None:
             args = {}
+        elif (why := value_problem(args)) is not None:
+            col.add("TL404", f"arguments for '{excerpt(decl.tool)}' cannot be used: {why}", at + ("args",),
+                    "pass plain JSON arguments nested at most a few levels")
+            return None
         if tool.input_validator is not None and not tool.input_validator.is_valid(args):
             for msg in schema_errors(tool.input_validator, args, limit=5):
                 if decl.args is None and payload is not None:
@@ -179,14 +190,19 @@ class _Admitter:
         keys: dict[str, int] = {}
         calls = []
         fed_later = False
+        payload: Any = decl.payload
+        if payload is not None and (why := value_problem(payload)) is not None:
+            col.add("TL413", f"the lane payload cannot be used: {why}", at + ("payload",),
+                    "send a plain JSON payload nested at most a few levels")
+            payload = _UNUSABLE
         for i, c in enumerate(decl.calls):
-            admitted = self.call(index, decl.item_key, i, c, at + ("calls", i), keys, decl.payload, fed_later, col)
+            admitted = self.call(index, decl.item_key, i, c, at + ("calls", i), keys, payload, fed_later, col)
             self.seq += 1
             if admitted is not None:
                 calls.append(admitted)
                 if admitted.tool.envelope is not None and admitted.tool.envelope.handoff_fields:
                     fed_later = True
-        self.lanes.append(AdmittedLane(index, decl.item_key, decl.payload, calls))
+        self.lanes.append(AdmittedLane(index, decl.item_key, None if payload is _UNUSABLE else payload, calls))
 
     def limits(self, at: tuple) -> None:
         total = self.seq

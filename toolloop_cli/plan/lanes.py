@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-import orjson
 from pydantic import ValidationError
 
+from .. import _json
 from ..contract.problems import Collector, Problem
 from ..contract.source import SourceMap
 from ..contract.validation import report_model_errors
@@ -36,8 +36,8 @@ def read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Pro
                 spool.add(adm.lanes.pop())  # journaled now, read back when it runs
             continue
         try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
+            data = _json.loads(raw)
+        except _json.JSONDecodeError as exc:
             col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
             continue
         if not isinstance(data, dict):
@@ -96,8 +96,8 @@ class LaneStream:
             decl = LaneDecl.model_validate_json(raw)
         except ValidationError:
             try:
-                data = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
+                data = _json.loads(raw)
+            except _json.JSONDecodeError as exc:
                 col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
             else:
                 if not isinstance(data, dict):

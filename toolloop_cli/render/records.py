@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-import orjson
+from .._json import dumps
 
 
 class JsonlWriter:
@@ -17,7 +17,7 @@ class JsonlWriter:
         self.autoflush = autoflush
 
     def write(self, record: dict) -> None:
-        self.out.write(orjson.dumps(record) + b"\n")
+        self.out.write(dumps(record) + b"\n")
         if self.autoflush:
             self.out.flush()
 
@@ -36,7 +36,7 @@ class JsonArrayWriter:
         self.count = 0
 
     def write(self, record: dict) -> None:
-        self.out.write((b"[\n" if self.count == 0 else b",\n") + orjson.dumps(record))
+        self.out.write((b"[\n" if self.count == 0 else b",\n") + dumps(record))
         self.count += 1
 
     def flush(self) -> None:
@@ -48,7 +48,7 @@ class JsonArrayWriter:
 
 
 def _cell(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value).decode()
+    text = value if isinstance(value, str) else dumps(value).decode()
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -1,0 +1,122 @@
+"""Values from a user's files shown to a person: clipped to a short excerpt, control characters
+escaped. Every finding, error message and table cell that quotes such a value goes through here,
+so a registry that points at a private key or a megabyte of text never reaches the terminal
+whole, and an escape sequence in an item key never reaches it raw.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterator
+
+#: The most characters of one value a message quotes.
+EXCERPT = 80
+
+# C0 and C1 controls, DEL, line and paragraph separators, the marks that reorder text on screen
+# (bidirectional overrides) and lone surrogates (not text at all)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_one(match: re.Match) -> str:
+    c = match.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def escape(text: str) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    return _UNSAFE.sub(_escape_one, text)
+
+
+def excerpt(value: Any, limit: int = EXCERPT) -> str:
+    """At most ``limit`` characters of ``value`` for a message: text as written, anything else in
+    JSON form; control characters escaped; a clipped excerpt ends with '…'.
+
+    The cost is bounded by ``limit``, however large or deeply nested the value is.
+    """
+    out: list[str] = []
+    size = 0
+    for piece in _pieces(value, limit + 1):
+        piece = escape(piece)
+        if size + len(piece) > limit:
+            out.append(piece[: max(limit - 1 - size, 0)])
+            out.append("…")
+            break
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)
+
+
+def clip(message: str, limit: int = 4 * EXCERPT) -> str:
+    """A message written by a library (a YAML parser, a schema validator) that may quote a value
+    of its own accord: control characters escaped, clipped to ``limit`` characters."""
+    return excerpt(message, limit)
+
+
+def _pieces(value: Any, cap: int) -> Iterator[str]:
+    """The text of ``value`` in order, each piece at most ``cap`` characters (enough to know
+    that an excerpt is clipped), walked without recursion."""
+    if isinstance(value, str):
+        yield value[:cap]
+        return
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Raw):
+            yield item.text
+        elif isinstance(item, str):
+            yield _quoted(item, cap)
+        elif isinstance(item, dict):
+            parts: list[Any] = [_Raw("{")]
+            for i, (key, sub) in enumerate(item.items()):
+                if i:
+                    parts.append(_Raw(", "))
+                if i * 4 > cap:  # the rest cannot be shown anyway
+                    parts.append(_Raw("…"))
+                    break
+                parts.extend((_Raw(_quoted(str(key), cap) + ": "), sub))
+            parts.append(_Raw("}"))
+            stack.extend(reversed(parts))
+        elif isinstance(item, (list, tuple)):
+            parts = [_Raw("[")]
+            for i, sub in enumerate(item):
+                if i:
+                    parts.append(_Raw(", "))
+                if i * 2 > cap:
+                    parts.append(_Raw("…"))
+                    break
+                parts.append(sub)
+            parts.append(_Raw("]"))
+            stack.extend(reversed(parts))
+        else:
+            yield _scalar(item, cap)
+
+
+class _Raw:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def _quoted(text: str, cap: int) -> str:
+    import json
+
+    return json.dumps(text[:cap], ensure_ascii=False)
+
+
+def _scalar(item: Any, cap: int) -> str:
+    if item is None:
+        return "null"
+    if item is True or item is False:
+        return "true" if item else "false"
+    if isinstance(item, int):
+        if item.bit_length() > 4 * cap:  # writing it out would cost more than the excerpt shows
+            return f"{'-' if item < 0 else ''}<an integer of about {int(item.bit_length() * 0.30103) + 1:,} digits>"
+        return str(item)
+    if isinstance(item, float):
+        return repr(item)
+    try:
+        return repr(item)[:cap]
+    except Exception:  # noqa: BLE001 - an App object whose repr fails is still named
+        return f"<{type(item).__name__}>"
