@@ -92,6 +92,7 @@ FIX_HINTS: dict[str, str] = {
     "TL342": "Add the property's pointer to `redact`, or mark the property `writeOnly: true`.",
     "TL350": "Fix the CEL expression in `approval.when`; it sees the call's arguments as `args`.",
     "TL351": "Make the policy consistent: positive attempts and rates, `backoff_s` <= `max_backoff_s`.",
+    "TL352": "Remove `timeout` from `retry.on`, or set `idempotent: true` if the tool can safely run twice (e.g. it passes `current_call().idempotency_key` to its backend).",
     "TL360": "Point the evidence hook at a public, importable callable.",
     "TL370": "Review the contract change, then run `toolloop lock REGISTRY` and commit toolloop.lock.",
     "TL371": "Run `toolloop lock REGISTRY` and commit the toolloop.lock it writes beside the registry.",

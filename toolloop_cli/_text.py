@@ -47,10 +47,42 @@ def excerpt(value: Any, limit: int = EXCERPT) -> str:
     return "".join(out)
 
 
-def clip(message: str, limit: int = 4 * EXCERPT) -> str:
+def quoted(value: Any) -> str:
+    """``excerpt(value)`` in single quotes, as messages name a key, a tool or a value."""
+    return f"'{excerpt(value)}'"
+
+
+def listing(names: Any, most: int = 12) -> str:
+    """Names for a hint ("known tools: a, b, c"): each an excerpt, at most ``most`` of them."""
+    names = list(names)
+    shown = ", ".join(excerpt(n, 40) for n in names[:most])
+    return shown + (f", … ({len(names) - most} more)" if len(names) > most else "")
+
+
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of an exception raised by someone else's code, clipped; never fails,
+    whatever the exception's ``__str__`` does."""
+    name = type(exc).__name__
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - an App's exception may break its own __str__
+        message = ""
+    return f"{name}: {clip(message)}" if message else name
+
+
+def clip(message: str, limit: int = 2 * EXCERPT) -> str:
     """A message written by a library (a YAML parser, a schema validator) that may quote a value
     of its own accord: control characters escaped, clipped to ``limit`` characters."""
     return excerpt(message, limit)
+
+
+def clip_quoting(message: str, *shown: str) -> str:
+    """``clip(message)``, after each long rendering in ``shown`` (how the library wrote a value
+    into its message) is cut to an excerpt where it occurs."""
+    for text in shown:
+        if len(text) > EXCERPT and text in message:
+            message = message.replace(text, excerpt(text))
+    return clip(message)
 
 
 def _pieces(value: Any, cap: int) -> Iterator[str]:

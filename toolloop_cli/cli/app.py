@@ -53,20 +53,58 @@ app.add_typer(runs_cmds.runs_app, name="runs")
 
 
 def main() -> None:
-    """Console-script entry point: user mistakes end with a message and an exit code, never a traceback."""
+    """Console-script entry point: user mistakes end with a message and an exit code, never a
+    traceback; anything else is a bug in toolloop, named on one line (exit 70)."""
     import sys
 
-    from ..errors import ConfigError, RunError, UsageError
+    from ..errors import ConfigError, InternalError, RunError, UsageError
     from .common import guard_standard_streams
 
     guard_standard_streams()
     try:
         app()
     except (UsageError, RunError) as exc:
-        sys.stderr.write(f"toolloop: error: {exc}\n")
+        from .._text import clip
+
+        sys.stderr.write(f"toolloop: error: {clip(str(exc), 500)}\n")
         sys.exit(2 if isinstance(exc, UsageError) else 1)
     except ConfigError as exc:
         from .common import print_findings
 
         print_findings(exc.problems)
         sys.exit(3)
+    except InternalError as exc:
+        internal_error(exc, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the one place a bug in toolloop is caught
+        internal_error(exc)
+
+
+def internal_error(exc: BaseException, message: str = "") -> None:
+    """Name a bug in toolloop on one line and exit 70. The exception's own text is left out (it
+    may hold a value that is redacted everywhere else); ``TOOLLOOP_DEBUG=1`` prints the traceback."""
+    import os
+    import sys
+    import traceback
+
+    from .._text import clip
+
+    if os.environ.get("TOOLLOOP_DEBUG", "") not in ("", "0"):
+        traceback.print_exception(exc)
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]  # name the first failure itself, not the task group around it
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if os.path.abspath(filename).startswith(package + os.sep):
+            where = f" at {os.path.relpath(filename, os.path.dirname(package))}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    detail = f": {clip(message)}" if message else ""
+    try:
+        sys.stderr.write(f"toolloop: internal error: {type(exc).__name__}{where}{detail} (a bug in toolloop; "
+                         "run again with TOOLLOOP_DEBUG=1 for the traceback, and please report it)\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # standard error itself is gone: the exit code still says it
+    sys.exit(70)

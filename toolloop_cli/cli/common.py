@@ -57,10 +57,13 @@ def guard_standard_streams() -> None:
 
 
 def fail(message: str, code: int = 2, hint: str | None = None) -> NoReturn:
-    """Print ``toolloop: error: message`` (and a hint) on stderr and exit with ``code``."""
-    sys.stderr.write(f"toolloop: error: {message}\n")
+    """Print ``toolloop: error: message`` (and a hint) on stderr and exit with ``code``; control
+    characters in either are shown escaped."""
+    from .._text import escape
+
+    sys.stderr.write(f"toolloop: error: {escape(message)}\n")
     if hint:
-        sys.stderr.write(f"  hint: {hint}\n")
+        sys.stderr.write(f"  hint: {escape(hint)}\n")
     raise typer.Exit(code)
 
 

@@ -47,5 +47,8 @@ def compile_approval(text: str) -> tuple[ApprovalGate | None, str | None]:
     except ApprovalUnavailable as exc:
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001 - the CEL parser's own error types
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return None, f"approval expression does not compile: {first}"
+        from .._text import clip, error_text
+
+        text = error_text(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        return None, f"approval expression does not compile: {clip(first)}"

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .._text import error_text, quoted
 from .problems import did_you_mean
 
 
@@ -28,16 +29,16 @@ def ensure_on_path(root: str) -> None:
 def resolve(ref: str, app_root: str) -> Resolved:
     """Resolve a public ``module:attr.path`` reference; failures are findings, never tracebacks."""
     if ref.count(":") != 1:
-        return Resolved(None, "TL304", f"callable '{ref}' is not 'module:attribute'", "write e.g. 'app.tools:run'")
+        return Resolved(None, "TL304", f"callable {quoted(ref)} is not 'module:attribute'", "write e.g. 'app.tools:run'")
     module_name, attr_path = ref.split(":")
     segments_mod = module_name.split(".")
     segments_attr = attr_path.split(".")
     if not module_name or not attr_path or any(not s.isidentifier() for s in segments_mod + segments_attr):
-        return Resolved(None, "TL304", f"callable '{ref}' is not 'module:attribute'", "write e.g. 'app.tools:run'")
+        return Resolved(None, "TL304", f"callable {quoted(ref)} is not 'module:attribute'", "write e.g. 'app.tools:run'")
     private = [s for s in segments_mod + segments_attr if s.startswith("_")]
     if private:
         return Resolved(
-            None, "TL305", f"callable '{ref}' reaches a private name '{private[0]}'",
+            None, "TL305", f"callable {quoted(ref)} reaches a private name {quoted(private[0])}",
             "expose a public function; no segment of the path may start with '_'",
         )
     ensure_on_path(app_root)
@@ -59,17 +60,17 @@ def resolve(ref: str, app_root: str) -> Resolved:
                 names = []
             near = did_you_mean(seg, names)
             return Resolved(
-                None, "TL307", f"'{ref}': '{seg}' is not an attribute of {_describe(obj)}",
-                f"did you mean '{near}'?" if near else "check the spelling of the function name",
+                None, "TL307", f"{quoted(ref)}: {quoted(seg)} is not an attribute of {_describe(obj)}",
+                f"did you mean {quoted(near)}?" if near else "check the spelling of the function name",
             )
         except Exception as exc:  # noqa: BLE001 - an App's __getattr__ may raise anything
             return Resolved(
-                None, "TL307", f"'{ref}': reading '{seg}' raised {type(exc).__name__}: {exc}",
+                None, "TL307", f"{quoted(ref)}: reading {quoted(seg)} raised {error_text(exc)}",
                 "fix the attribute lookup in the module",
             )
     if not callable(obj):
         return Resolved(
-            None, "TL308", f"'{ref}' is not callable (it is {_article(type(obj).__name__)})",
+            None, "TL308", f"{quoted(ref)} is not callable (it is {_article(type(obj).__name__)})",
             "point at a function, a class or an object with __call__",
         )
     return Resolved(obj)
@@ -81,8 +82,8 @@ def _article(name: str) -> str:
 
 def _describe(obj: Any) -> str:
     if inspect.ismodule(obj):
-        return f"module '{obj.__name__}'"
-    return f"'{getattr(obj, '__qualname__', type(obj).__name__)}'"
+        return f"module {quoted(obj.__name__)}"
+    return quoted(getattr(obj, "__qualname__", type(obj).__name__))
 
 
 def _shown(filename: str) -> str:
@@ -99,8 +100,8 @@ def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Reso
     missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
     if missing is not None and (module_name == missing or module_name.startswith(missing + ".")):
         return Resolved(
-            None, "TL306", f"cannot import module '{module_name}': no module named '{missing}' under app_root",
-            f"check the spelling, or set app_root to the folder that holds '{missing.split('.')[0]}' "
+            None, "TL306", f"cannot import module {quoted(module_name)}: no module named {quoted(missing)} under app_root",
+            f"check the spelling, or set app_root to the folder that holds {quoted(missing.split('.')[0])} "
             f"(now {app_root})",
         )
     where = ""
@@ -109,9 +110,9 @@ def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Reso
         tb = tb.tb_next
     if tb is not None:
         where = f" (at {_shown(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
-    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    detail = error_text(exc)
     return Resolved(
-        None, "TL306", f"importing module '{module_name}' failed: {detail}{where}",
+        None, "TL306", f"importing module {quoted(module_name)} failed: {detail}{where}",
         "fix the error in the module; it runs when the registry is loaded",
     )
 

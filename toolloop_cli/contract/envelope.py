@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .._text import quoted
 from .models import EnvelopeDecl
 
 
@@ -27,17 +28,17 @@ class Envelope:
         if not isinstance(result, dict):
             return None, "result is not an object, so the control envelope cannot read it"
         if self.status_field not in result:
-            return None, f"result has no '{self.status_field}' (the envelope's status_field)"
+            return None, f"result has no {quoted(self.status_field)} (the envelope's status_field)"
         status = result[self.status_field]
         if not isinstance(status, str):
-            return None, f"'{self.status_field}' must be a string, found {type(status).__name__}"
+            return None, f"{quoted(self.status_field)} must be a string, found {type(status).__name__}"
         if status in self.continue_statuses:
             decision = "continue"
         elif status in self.stop_statuses:
             decision = "stop"
         else:
             return None, (
-                f"producer status '{status}' is in neither continue_statuses nor stop_statuses"
+                f"producer status {quoted(status)} is in neither continue_statuses nor stop_statuses"
             )
         diagnosis = None
         if self.diagnosis:
@@ -56,7 +57,7 @@ def compile_envelope(decl: EnvelopeDecl, output_schema: Any) -> tuple[Envelope |
     for i, status in enumerate(g.stop_statuses):
         if status in g.continue_statuses:
             problems.append((("graph", "stop_statuses", i),
-                             f"status '{status}' is in both continue_statuses and stop_statuses"))
+                             f"status {quoted(status)} is in both continue_statuses and stop_statuses"))
     mapped: dict[str, tuple[tuple, str]] = {"graph.status_field": (("graph", "status_field"), g.status_field)}
     diag: tuple[tuple[str, str], ...] = ()
     if decl.diagnosis is not None:
@@ -72,22 +73,22 @@ def compile_envelope(decl: EnvelopeDecl, output_schema: Any) -> tuple[Envelope |
     seen: dict[str, str] = {}
     for role, (where, field) in mapped.items():
         if field in seen:
-            problems.append((where, f"'{field}' is mapped twice ({seen[field]} and {role}): ambiguous"))
+            problems.append((where, f"{quoted(field)} is mapped twice ({seen[field]} and {role}): ambiguous"))
         else:
             seen[field] = role
     if isinstance(output_schema, dict) and output_schema.get("additionalProperties") is False:
         declared = set((output_schema.get("properties") or {}).keys())
         for role, (where, field) in mapped.items():
             if field not in declared:
-                problems.append((where, f"{role} '{field}' is not a property of the closed output_schema"))
+                problems.append((where, f"{role} {quoted(field)} is not a property of the closed output_schema"))
         if decl.diagnosis is not None:
             for i, f in enumerate(decl.diagnosis.fields):
                 if f not in declared:
                     problems.append((("diagnosis", "fields", i),
-                                     f"diagnosis field '{f}' is not a property of the closed output_schema"))
+                                     f"diagnosis field {quoted(f)} is not a property of the closed output_schema"))
         for i, f in enumerate(decl.handoff_fields):
             if f not in declared:
-                problems.append((("handoff_fields", i), f"handoff field '{f}' is not a property of the closed output_schema"))
+                problems.append((("handoff_fields", i), f"handoff field {quoted(f)} is not a property of the closed output_schema"))
     if problems:
         return None, problems
     return (

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from .._text import error_text, listing, quoted
 from .compiled import SubagentSpec, ToolSpec
 from .problems import Problem
 from .schemas import check_refs, compile_validator, meta_errors
@@ -39,8 +40,8 @@ async def list_server_tools(decl: Any) -> dict[str, Any]:
     async with stdio_client(server_params(decl)) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
-            listing = await session.list_tools()
-    return {tool.name: tool for tool in listing.tools}
+            answer = await session.list_tools()
+    return {tool.name: tool for tool in answer.tools}
 
 
 def _problem(tool: ToolSpec, message: str, hint: str) -> Problem:
@@ -60,7 +61,7 @@ def resolve_server_tools(sub: SubagentSpec) -> list[Problem]:
     try:
         import mcp  # noqa: F401
     except ImportError:
-        return [_problem(t, f"tool '{t.id}' comes from an MCP server, and the MCP client is not installed",
+        return [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not installed",
                          "pip install 'toolloop[mcp]'") for t in pending]
     by_server: dict[tuple, list[ToolSpec]] = {}
     for t in pending:
@@ -76,15 +77,15 @@ def resolve_server_tools(sub: SubagentSpec) -> list[Problem]:
             first = exc
             while isinstance(first, BaseExceptionGroup):
                 first = first.exceptions[0]
-            problems += [_problem(t, f"MCP server {' '.join(decl.command)!r} for tool '{t.id}' could not be "
-                                     f"started or listed: {type(first).__name__}: {first}",
+            problems += [_problem(t, f"MCP server {quoted(' '.join(decl.command))} for tool {quoted(t.id)} could not be "
+                                     f"started or listed: {error_text(first)}",
                                   "check that mcp.command starts the server") for t in tools]
             continue
         for t in tools:
             found = offered.get(t.ref)
             if found is None:
-                problems.append(_problem(t, f"MCP server {' '.join(decl.command)!r} offers no tool '{t.ref}'",
-                                         f"it offers: {', '.join(sorted(offered)) or 'nothing'}"))
+                problems.append(_problem(t, f"MCP server {quoted(' '.join(decl.command))} offers no tool {quoted(t.ref)}",
+                                         f"it offers: {listing(sorted(offered)) or 'nothing'}"))
                 continue
             fixed, schema_problems = _with_server_schemas(t, found)
             problems += schema_problems
@@ -105,7 +106,7 @@ def _with_server_schemas(t: ToolSpec, offered: Any) -> tuple[ToolSpec | None, li
         schema = schema if schema is not None else {}
         bad = [m for _, m, _ in meta_errors(schema)] + [m for _, _, m in check_refs(schema)]
         if bad:
-            problems.append(_problem(t, f"the server's {attr} for '{t.id}' is not usable: {bad[0]}",
+            problems.append(_problem(t, f"the server's {attr} for {quoted(t.id)} is not usable: {bad[0]}",
                                      f"pin {attr} in the registry"))
             continue
         changes[attr] = schema

@@ -47,6 +47,7 @@ CODES: dict[str, str] = {
     "TL342": "secret-looking property is not redacted",
     "TL350": "approval expression does not compile",
     "TL351": "retry or concurrency policy is inconsistent",
+    "TL352": "a write that is not idempotent is set to be retried after a timeout",
     "TL360": "evidence hook does not resolve",
     "TL370": "registry differs from toolloop.lock",
     "TL371": "toolloop.lock missing or unreadable",

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from .._canonical import sha256_of
+from .._text import clip, excerpt, listing, quoted
 from . import schemas
 from .approval import compile_approval
 from .callables import is_async, resolve
@@ -50,16 +51,16 @@ def load_document(path: str | os.PathLike, recode: Callable[[LoadIssue], LoadIss
     try:
         text = FsPath(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        col.add("TL101", f"file not found: {path}", hint="check the path")
+        col.add("TL101", f"file not found: {excerpt(str(path))}", hint="check the path")
         return LoadedDoc(None, smap, col)
     except IsADirectoryError:
-        col.add("TL101", f"cannot read {path}: it is a folder", hint="name a YAML file")
+        col.add("TL101", f"cannot read {excerpt(str(path))}: it is a folder", hint="name a YAML file")
         return LoadedDoc(None, smap, col)
     except UnicodeDecodeError as exc:
-        col.add("TL101", f"cannot read {path}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8")
+        col.add("TL101", f"cannot read {excerpt(str(path))}: not UTF-8 text (byte {exc.start})", hint="save the file as UTF-8")
         return LoadedDoc(None, smap, col)
     except OSError as exc:
-        col.add("TL101", f"cannot read {path}: {exc.strerror or exc}", hint="check the file exists and is readable")
+        col.add("TL101", f"cannot read {excerpt(str(path))}: {exc.strerror or clip(str(exc))}", hint="check the file exists and is readable")
         return LoadedDoc(None, smap, col)
     try:
         data, smap, issues = load_yaml(text, shown)
@@ -73,7 +74,7 @@ def load_document(path: str | os.PathLike, recode: Callable[[LoadIssue], LoadIss
     for i in issues:
         col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, json_path(i.path), i.hint))
     if not isinstance(data, dict):
-        found = "a list" if isinstance(data, list) else f"the single value {data!r}"
+        found = "a list" if isinstance(data, list) else f"the single value {quoted(data)}"
         col.add("TL106", f"the document must be a mapping at the top level, found {found}",
                 hint="start with 'version: 1'")
         return LoadedDoc(None, smap, col, issues)
@@ -87,7 +88,7 @@ def _tool_id_issue(issue: LoadIssue) -> LoadIssue:
         first = issue.message.rsplit("line ", 1)[-1].rstrip(")")
         return LoadIssue(
             "TL301",
-            f"duplicate tool id '{p[3]}' in subagent '{p[1]}' (first defined at line {first})",
+            f"duplicate tool id {quoted(p[3])} in subagent {quoted(p[1])} (first defined at line {first})",
             issue.line,
             issue.col,
             p,
@@ -231,7 +232,7 @@ def _root_for(decl: RegistryDecl, path: FsPath, col: Collector, override: str | 
         root = base
     if not root.is_dir():
         given = "--app-root" if override is not None else "app_root"
-        col.add("TL312", f"{given} '{root}' is not a folder, so no callable can be resolved", ("app_root",),
+        col.add("TL312", f"{given} {quoted(root)} is not a folder, so no callable can be resolved", ("app_root",),
                 "point app_root (relative to the registry file) at the folder holding the App package")
         return None
     return str(root)
@@ -268,12 +269,12 @@ def _compile(
         known = names | partial.left_out_tools.get(sid, set())
         for i, name in enumerate(rd.allowed_tools or []):
             if name not in known:
-                _unknown_tool(col, "TL302", f"allowed_tools names '{name}', which is not a tool of subagent '{sid}'",
+                _unknown_tool(col, "TL302", f"allowed_tools names {quoted(name)}, which is not a tool of subagent {quoted(sid)}",
                               name, known, ("subagents", sid, "runner_defaults", "allowed_tools", i))
         for tid, tdecl in sdecl.tools.items():
             for i, name in enumerate(tdecl.dispatch):
                 if name not in known:
-                    _unknown_tool(col, "TL303", f"tool '{tid}' dispatches to '{name}', which is not a tool of subagent '{sid}'",
+                    _unknown_tool(col, "TL303", f"tool {quoted(tid)} dispatches to {quoted(name)}, which is not a tool of subagent {quoted(sid)}",
                                   name, known, ("subagents", sid, "tools", tid, "dispatch", i))
         allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sorted(names))
         subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s)
@@ -303,7 +304,7 @@ def _mcp_tools(tid: str, tdecl: ToolDecl, spec: ToolSpec | None) -> dict[str, To
 def _unknown_tool(col: Collector, code: str, message: str, name: str, names: set[str], where: tuple) -> None:
     near = did_you_mean(name, names)
     col.add(code, message, where,
-            f"did you mean '{near}'?" if near else f"registered tools: {', '.join(sorted(names)) or 'none'}")
+            f"did you mean {quoted(near)}?" if near else f"registered tools: {listing(sorted(names)) or 'none'}")
 
 
 def _compile_tool(
@@ -321,13 +322,13 @@ def _compile_tool(
     errors_before = sum(p.level == "error" for p in col.problems)
     if (t.callable is None) == (t.mcp is None):
         found = "both" if t.callable is not None else "neither"
-        col.add("TL309", f"tool '{tid}' needs exactly one of 'callable' or 'mcp', found {found}", at,
+        col.add("TL309", f"tool {quoted(tid)} needs exactly one of 'callable' or 'mcp', found {found}", at,
                 "keep one of the two" if found == "both" else "add 'callable: package.module:function'", at_key=True)
     fn = None
     if t.callable is not None:
         for key in ("description", "input_schema", "output_schema"):
             if getattr(t, key) is None and key not in misspelled:
-                col.add("TL202", f"required key '{key}' is missing for callable tool '{tid}'", at,
+                col.add("TL202", f"required key {quoted(key)} is missing for callable tool {quoted(tid)}", at,
                         f"add '{key}:' ({'{}'} means open)" if key != "description" else "add 'description:'", at_key=True)
         if root is not None:
             r = resolve(t.callable, root)
@@ -335,7 +336,7 @@ def _compile_tool(
                 col.add(r.code or "TL306", r.message, at + ("callable",), r.hint)
             fn = r.fn
     if check_timeout and t.timeout_s is None and subagent_timeout is None and default_timeout_s is None:
-        col.add("TL310", f"tool '{tid}' has no timeout", at,
+        col.add("TL310", f"tool {quoted(tid)} has no timeout", at,
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous = fn is not None and is_async(fn)
     # Which event loop an async callable needs. An explicit marker wins
@@ -372,7 +373,7 @@ def _compile_tool(
             if "asyncio" in libs and "trio" not in libs:
                 runtime = "asyncio"
     if t.isolation == "process" and asynchronous:
-        col.add("TL311", f"isolation: process applies to sync callables only, and '{t.callable}' is async",
+        col.add("TL311", f"isolation: process applies to sync callables only, and {quoted(t.callable)} is async",
                 at + ("isolation",), "remove 'isolation' or make the callable sync")
     validators = {}
     for key in ("input_schema", "output_schema"):
@@ -392,7 +393,7 @@ def _compile_tool(
             try:
                 validators[key] = schemas.compile_validator(schema, mask=bool(t.redact) or _has_write_only(schema))
             except Exception as exc:  # noqa: BLE001 - the validator library's own errors
-                col.add("TL320", f"{key} does not compile: {str(exc).splitlines()[0]}", at + (key,),
+                col.add("TL320", f"{key} does not compile: {clip((str(exc).splitlines() or [type(exc).__name__])[0])}", at + (key,),
                         "fix the keyword the message names")
                 validators[key] = None
     envelope = None
@@ -405,18 +406,18 @@ def _compile_tool(
     for i, ptr in enumerate(t.redact):
         if not schemas.is_json_pointer(ptr):
             fix = f"write '/{ptr}'" if not ptr.startswith("/") else "escape '~' as '~0' and '/' inside a key as '~1'"
-            col.add("TL340", f"redact entry '{ptr}' is not a JSON Pointer", at + ("redact", i), fix)
+            col.add("TL340", f"redact entry {quoted(ptr)} is not a JSON Pointer", at + ("redact", i), fix)
             continue
         if not (schemas.pointer_can_match(t.input_schema, ptr) or schemas.pointer_can_match(t.output_schema, ptr)):
-            col.add("TL341", f"redact pointer '{ptr}' can never match the input or output schema", at + ("redact", i),
+            col.add("TL341", f"redact pointer {quoted(ptr)} can never match the input or output schema", at + ("redact", i),
                     "fix the pointer (e.g. to a declared property) or remove it", level="warning")
     covering = list(t.redact) + write_only
     for key in ("input_schema", "output_schema"):
         schema = getattr(t, key)
         for name, ptr, sub, spath in schemas.iter_properties_at(schema):
             if schemas.looks_secret(name) and not any(schemas.pointer_covers(c, ptr) for c in covering):
-                col.add("TL342", f"property '{name}' of {key} looks like a secret but is not redacted",
-                        at + (key,) + spath, f"add '{ptr}' to redact, or mark it writeOnly: true",
+                col.add("TL342", f"property {quoted(name)} of {key} looks like a secret but is not redacted",
+                        at + (key,) + spath, f"add {quoted(ptr)} to redact, or mark it writeOnly: true",
                         level="warning", at_key=True)
         redact.extend(p for p in schemas.write_only_pointers(schema) if p not in redact)
     if t.retry is not None and t.retry.max_backoff_s is not None and t.retry.max_backoff_s < t.retry.backoff_s:
@@ -425,6 +426,12 @@ def _compile_tool(
     if t.retry is not None and t.retry.max_attempts > 1 and not t.retry.on:
         col.add("TL351", f"retry.max_attempts is {t.retry.max_attempts} but retry.on is empty, so nothing is ever retried",
                 at + ("retry", "on"), "list what to retry, e.g. on: [timeout, error], or set max_attempts: 1")
+    writes_once = t.effect in ("write", "destructive") and not t.idempotent
+    if writes_once and t.retry is not None and "on" in t.retry.model_fields_set and "timeout" in t.retry.on:
+        col.add("TL352", f"tool {quoted(tid)} has effect: {t.effect} and is not idempotent, so it is never retried "
+                "after a timeout (its first attempt may still be running, or may already have written)",
+                at + ("retry", "on", t.retry.on.index("timeout")),
+                "remove timeout from retry.on, or set idempotent: true if running it twice is safe")
     gate = None
     if t.approval == "required":
         from .approval import RequiredGate
@@ -438,7 +445,9 @@ def _compile_tool(
         return None
     retry = NO_RETRY
     if t.retry is not None:
-        retry = RetryPolicy(t.retry.max_attempts, t.retry.backoff_s, t.retry.max_backoff_s, frozenset(t.retry.on))
+        # by default a write that is not idempotent is retried after errors only (TL352)
+        on = frozenset(t.retry.on) - ({"timeout"} if writes_once else set())
+        retry = RetryPolicy(t.retry.max_attempts, t.retry.backoff_s, t.retry.max_backoff_s, on)
     timeout = t.timeout_s if t.timeout_s is not None else (subagent_timeout if subagent_timeout is not None else default_timeout_s)
     return ToolSpec(
         subagent=sid,

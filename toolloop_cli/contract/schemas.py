@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Iterator
 
+from .._text import clip_quoting, excerpt, quoted
 from .source import Path
 
 REDACTED = "[REDACTED]"
@@ -66,7 +67,7 @@ def check_refs(schema: Any) -> list[tuple[Path, str, str]]:
     anchors = None
     for path, ref in iter_refs(schema):
         if not ref.startswith("#"):
-            out.append((path, "TL321", f"$ref '{ref}' points outside this document; only '#...' references are allowed"))
+            out.append((path, "TL321", f"$ref {quoted(ref)} points outside this document; only '#...' references are allowed"))
             continue
         fragment = ref[1:]
         from urllib.parse import unquote
@@ -78,7 +79,7 @@ def check_refs(schema: Any) -> list[tuple[Path, str, str]]:
             anchors = _anchors(schema) if anchors is None else anchors
             ok = fragment in anchors
         if not ok:
-            out.append((path, "TL322", f"$ref '{ref}' does not resolve inside this document"))
+            out.append((path, "TL322", f"$ref {quoted(ref)} does not resolve inside this document"))
     return out
 
 
@@ -97,7 +98,9 @@ def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
 
     if isinstance(schema, bool):
         return []
-    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+    # a '$schema' that is not text names no draft: the default draft's meta-schema reports it
+    named = schema if isinstance(schema, dict) and isinstance(schema.get("$schema", ""), str) else {}
+    cls = validator_for(named, default=jsonschema.Draft202012Validator)
     meta = cls(cls.META_SCHEMA)
     out: list[tuple[Path, str, str]] = []
     seen: set[tuple[Path, str]] = set()
@@ -107,12 +110,13 @@ def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
         return [((), "the schema nests too deeply to be checked", "flatten it, e.g. with $defs and $ref")]
     for err in errors:
         path = tuple(err.absolute_path)
-        message = best_match(err.context).message if err.context else err.message
+        best = best_match(err.context) if err.context else err
+        message = clip_quoting(best.message, _py_text(best.instance), _py_text(err.instance))
         hint = ""
         if path and path[-1] == "type" and isinstance(err.instance, str):
             near = did_you_mean(err.instance, _TYPE_NAMES)
             if near:
-                hint = f"did you mean '{near}'?"
+                hint = f"did you mean {quoted(near)}?"
         if (path, message) in seen:
             continue  # the meta-schema reaches some keywords along several dynamic paths
         seen.add((path, message))
@@ -121,6 +125,14 @@ def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
         out.extend((path, message, "write a regular expression in the ECMA 262 dialect that JSON Schema uses")
                    for path, message in _pattern_errors(schema))
     return out
+
+
+def _py_text(value: Any) -> str:
+    """``repr(value)`` as the Python validator writes it into messages ('' when it cannot)."""
+    try:
+        return repr(value)
+    except RecursionError:
+        return ""
 
 
 def _pattern_errors(schema: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
@@ -133,12 +145,12 @@ def _pattern_errors(schema: Any, path: Path = ()) -> Iterator[tuple[Path, str]]:
             if key == "pattern" and isinstance(value, str):
                 problem = _regex_problem(value)
                 if problem:
-                    yield path + (key,), f"pattern {value!r} is not a valid regular expression: {problem}"
+                    yield path + (key,), f"pattern {quoted(value)} is not a valid regular expression: {problem}"
             elif key == "patternProperties" and isinstance(value, dict):
                 for regex, sub in value.items():
                     problem = _regex_problem(regex)
                     if problem:
-                        yield path + (key, regex), f"patternProperties key {regex!r} is not a valid regular expression: {problem}"
+                        yield path + (key, regex), f"patternProperties key {quoted(regex)} is not a valid regular expression: {problem}"
                     yield from _pattern_errors(sub, path + (key, regex))
             else:
                 yield from _pattern_errors(value, path + (key,))
@@ -153,7 +165,7 @@ def _regex_problem(regex: str) -> str | None:
     try:
         jsonschema_rs.validator_for({"pattern": regex})
     except Exception as exc:  # noqa: BLE001 - the validator library's own errors
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return clip_quoting(str(exc).splitlines()[0], regex) if str(exc) else type(exc).__name__
     return None
 
 
@@ -168,11 +180,19 @@ def compile_validator(schema: Any, mask: bool) -> Any:
 
 
 def schema_errors(validator: Any, instance: Any, limit: int = 10) -> list[str]:
-    """Up to ``limit`` messages, each prefixed with the instance path."""
+    """Up to ``limit`` messages, each prefixed with the instance path; the values they quote
+    are cut to excerpts."""
+    from .._json import dumps
+
     out = []
     for err in validator.iter_errors(instance):
-        where = "/" + "/".join(str(p) for p in err.instance_path)
-        out.append(f"at {where}: {err.message}" if err.instance_path else err.message)
+        where = excerpt("/" + "/".join(str(p) for p in err.instance_path))
+        try:
+            shown = dumps(err.instance).decode()
+        except TypeError:
+            shown = ""
+        message = clip_quoting(err.message, shown)
+        out.append(f"at {where}: {message}" if err.instance_path else message)
         if len(out) >= limit:
             break
     return out
@@ -234,7 +254,7 @@ def _can_match(schema: Any, tokens: list[str], root: Any, depth: int) -> bool:
             return False
     head, rest = tokens[0], tokens[1:]
     t = schema.get("type")
-    types = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else {"object", "array"}
+    types = {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)} if isinstance(t, list) else {"object", "array"}
     if "object" in types and _key_can_match(schema, head, rest, root, depth):
         return True
     if "array" in types and _index_can_match(schema, head, rest, root, depth):

@@ -12,6 +12,8 @@ from typing import Any, Union
 
 import yaml
 
+from .._text import clip, quoted
+
 Path = tuple[Union[str, int], ...]
 
 #: How many nodes aliases may add to a document once expanded. A plan that reuses one ``args``
@@ -188,7 +190,7 @@ class _Builder:
                 self.issues.append(
                     LoadIssue(
                         "TL103",
-                        f"duplicate key '{key}' (first defined at line {first[0]})",
+                        f"duplicate key {quoted(key)} (first defined at line {first[0]})",
                         line,
                         col,
                         path + (key,),
@@ -219,11 +221,26 @@ class _Builder:
         if node.tag not in _SCALAR_TAGS:
             self._tag(node, path)
             return None
-        value = self._scalars.construct_object(node)
+        try:
+            value = self._scalars.construct_object(node)
+        except (ValueError, KeyError, TypeError, ArithmeticError, yaml.YAMLError):
+            value = _UNREADABLE  # e.g. '!!int false', '!!bool maybe', or an integer of 5,000 digits
+        if value is None and node.value not in _NULLS:
+            value = _UNREADABLE  # '!!null something'
+        if value is _UNREADABLE:
+            line, col = _pos(node)
+            what = _TAG_WORDS.get(node.tag, "a value of its tag")
+            too_long = node.tag.endswith(":int") and len(node.value) > 4000
+            self.issues.append(
+                LoadIssue("TL105", f"{quoted(node.value)} is not {what}"
+                          + (" that can be read (more than 4,000 digits)" if too_long else ""),
+                          line, col, path, "remove the tag, or write a value of the type it names")
+            )
+            return None
         if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
             line, col = _pos(node)
             self.issues.append(
-                LoadIssue("TL105", f"'{node.value}' is not a JSON number", line, col, path, "write a finite number")
+                LoadIssue("TL105", f"{quoted(node.value)} is not a JSON number", line, col, path, "write a finite number")
             )
             return None
         return value
@@ -233,7 +250,7 @@ class _Builder:
         self.issues.append(
             LoadIssue(
                 "TL105",
-                f"tag '{node.tag}' is not allowed (safe YAML only)",
+                f"tag {quoted(node.tag)} is not allowed (safe YAML only)",
                 line,
                 col,
                 path,
@@ -241,6 +258,15 @@ class _Builder:
             )
         )
 
+
+_UNREADABLE = object()
+_NULLS = ("", "~", "null", "Null", "NULL")
+_TAG_WORDS = {
+    "tag:yaml.org,2002:int": "a whole number",
+    "tag:yaml.org,2002:float": "a number",
+    "tag:yaml.org,2002:bool": "true or false",
+    "tag:yaml.org,2002:null": "null",
+}
 
 _SYNTAX_HINT = "fix the YAML here: indent with spaces, not tabs, and close every quote and bracket"
 
@@ -263,10 +289,10 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[LoadIssue]]:
             if ctx is not None and exc.problem_mark is not None and ctx.line != exc.problem_mark.line:
                 what += f" (the construct began at line {ctx.line + 1}, column {ctx.column + 1})"
         raise YamlRejected(
-            LoadIssue("TL102", f"YAML syntax error: {what}", line, col, (), _SYNTAX_HINT)
+            LoadIssue("TL102", f"YAML syntax error: {clip(what)}", line, col, (), _SYNTAX_HINT)
         ) from None
     except yaml.YAMLError as exc:
-        raise YamlRejected(LoadIssue("TL102", f"YAML syntax error: {exc}", 1, 1, (), _SYNTAX_HINT)) from None
+        raise YamlRejected(LoadIssue("TL102", f"YAML syntax error: {clip(str(exc))}", 1, 1, (), _SYNTAX_HINT)) from None
     if root is None:
         raise YamlRejected(LoadIssue("TL106", "the document is empty", 1, 1, (), "write a YAML mapping"))
     refused = _check_expansion(root)

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .._text import clip, excerpt, quoted
 from .problems import Collector, did_you_mean
 
 
@@ -86,7 +87,7 @@ def _found(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
-    return repr(value)
+    return quoted(value) if isinstance(value, str) else excerpt(value)
 
 
 _EXPECTED = {
@@ -119,12 +120,12 @@ def report_model_errors(exc: ValidationError, model: type[BaseModel], col: Colle
             owner = _owner(model, loc[:-1])
             allowed = sorted(owner.model_fields) if owner else []
             near = did_you_mean(key, allowed)
-            hint = f"did you mean '{near}'?" if near else (
+            hint = f"did you mean {quoted(near)}?" if near else (
                 f"allowed keys: {', '.join(allowed)}" if allowed else "remove it"
             )
-            col.add("TL201", f"unknown key '{key}'", loc, hint, at_key=True)
+            col.add("TL201", f"unknown key {quoted(key)}", loc, hint, at_key=True)
         elif kind == "missing":
-            col.add("TL202", f"required key '{loc[-1]}' is missing", loc[:-1], f"add '{loc[-1]}:'", at_key=True)
+            col.add("TL202", f"required key {quoted(loc[-1])} is missing", loc[:-1], f"add '{loc[-1]}:'", at_key=True)
         elif kind == "literal_error" and loc and loc[-1] == "version" and len(loc) == 1:
             col.add("TL204", f"version must be 1, found {_found(err.get('input'))}", loc, "write 'version: 1'")
         else:
@@ -141,9 +142,9 @@ def _type_message(err: dict, model: type[BaseModel], loc: tuple) -> tuple[str, s
     ctx = err.get("ctx") or {}
     found = _found(err.get("input"))
     if loc and isinstance(loc[-1], int):
-        where = f"item {loc[-1] + 1} of '{loc[-2]}'" if len(loc) > 1 else f"item {loc[-1] + 1}"
+        where = f"item {loc[-1] + 1} of {quoted(loc[-2])}" if len(loc) > 1 else f"item {loc[-1] + 1}"
     else:
-        where = f"'{loc[-1]}'" if loc else "the document"
+        where = f"{quoted(loc[-1])}" if loc else "the document"
     if kind in ("dict_type", "bool_type", "model_type") and loc and "schema" in str(loc[-1]):
         return (f"{where} must be a JSON Schema (a mapping, or true/false), found {found}",
                 "write a mapping such as {type: object}, or {} for any value")
@@ -152,7 +153,7 @@ def _type_message(err: dict, model: type[BaseModel], loc: tuple) -> tuple[str, s
         choices = re.findall(r"'([^']*)'", expected)
         near = did_you_mean(str(err.get("input")), choices) if isinstance(err.get("input"), str) else None
         return (f"{where} must be one of {expected}, found {found}",
-                f"did you mean '{near}'?" if near else f"write one of {expected}")
+                f"did you mean {quoted(near)}?" if near else f"write one of {expected}")
     if kind in _EXPECTED:
         return f"{where} must be {_EXPECTED[kind]}, found {found}", _type_hint(kind)
     if kind.startswith(("greater_than", "less_than")):
@@ -161,7 +162,7 @@ def _type_message(err: dict, model: type[BaseModel], loc: tuple) -> tuple[str, s
         return f"{where} must not be empty", "add at least one item"
     if kind == "too_long":
         return f"{where} has too many items", "remove items"
-    msg = err["msg"]
+    msg = clip(err["msg"])
     if not isinstance(err.get("input"), (dict, list)):
         msg = f"{msg} (found {found})"
     return f"{where}: {msg}", ""

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from .._canonical import sha256_of
 from .._json import value_problem
-from .._text import excerpt
+from .._text import listing, quoted
 from ..contract.compiled import Contract, SubagentSpec, ToolSpec
 from ..contract.problems import Collector, Problem, did_you_mean
 from ..contract.registry import display_path, load_document, load_registry
@@ -94,11 +94,11 @@ def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
                 "pass a plan (see plans/ for examples); it names its registry with 'registry:'")
         return None, col
     mode = doc.data.get("mode")
-    if mode in MODE_KEYS:
+    if isinstance(mode, str) and mode in MODE_KEYS:
         for other, keys in MODE_KEYS.items():
             for key in sorted(keys - MODE_KEYS[mode]):
                 if other != mode and key in doc.data:
-                    col.add("TL205", f"'{key}' is not used in {mode} mode", (key,),
+                    col.add("TL205", f"{quoted(key)} is not used in {mode} mode", (key,),
                             f"remove it, or set mode: {other}", at_key=True)
     try:
         decl = PlanDecl.model_validate(doc.data)
@@ -136,7 +136,7 @@ class _Admitter:
         ok = True
         if call_key in keys:
             where = "this lane" if item_key is not None else "this plan"
-            col.add("TL406", f"duplicate call_key '{call_key}' in {where} (first at call {keys[call_key]})",
+            col.add("TL406", f"duplicate call_key {quoted(call_key)} in {where} (first at call {keys[call_key]})",
                     at + ("call_key",) if decl.call_key is not None else at, "give each call its own call_key")
             ok = False
         else:
@@ -144,11 +144,11 @@ class _Admitter:
         tool = self.sub.tools.get(decl.tool)
         if tool is None:
             near = did_you_mean(decl.tool, self.sub.tools)
-            col.add("TL402", f"unknown tool '{decl.tool}' in subagent '{self.sub.id}'", at + ("tool",),
-                    f"did you mean '{near}'?" if near else f"known tools: {', '.join(sorted(self.sub.tools))}")
+            col.add("TL402", f"unknown tool {quoted(decl.tool)} in subagent {quoted(self.sub.id)}", at + ("tool",),
+                    f"did you mean {quoted(near)}?" if near else f"known tools: {listing(sorted(self.sub.tools))}")
             return None
         if decl.tool not in self.sub.allowed_tools:
-            col.add("TL403", f"tool '{decl.tool}' is not in runner_defaults.allowed_tools of '{self.sub.id}'",
+            col.add("TL403", f"tool {quoted(decl.tool)} is not in runner_defaults.allowed_tools of {quoted(self.sub.id)}",
                     at + ("tool",), "add it to allowed_tools in the registry, or call another tool")
             ok = False
         self.per_tool[decl.tool] = self.per_tool.get(decl.tool, 0) + 1
@@ -162,16 +162,16 @@ class _Admitter:
         elif args is None:
             args = {}
         elif (why := value_problem(args)) is not None:
-            col.add("TL404", f"arguments for '{excerpt(decl.tool)}' cannot be used: {why}", at + ("args",),
+            col.add("TL404", f"arguments for {quoted(decl.tool)} cannot be used: {why}", at + ("args",),
                     "pass plain JSON arguments nested at most a few levels")
             return None
         if tool.input_validator is not None and not tool.input_validator.is_valid(args):
             for msg in schema_errors(tool.input_validator, args, limit=5):
                 if decl.args is None and payload is not None:
-                    col.add("TL413", f"the lane payload cannot feed '{decl.tool}': {msg}", at,
+                    col.add("TL413", f"the lane payload cannot feed {quoted(decl.tool)}: {msg}", at,
                             "fix the lane's payload, or give this call explicit args")
                 else:
-                    col.add("TL404", f"arguments for '{decl.tool}' fail its input_schema: {msg}",
+                    col.add("TL404", f"arguments for {quoted(decl.tool)} fail its input_schema: {msg}",
                             at + ("args",) if decl.args is not None else at,
                             "pass exactly the arguments the schema declares")
             ok = False
@@ -183,7 +183,7 @@ class _Admitter:
         index = self.lane_count
         self.lane_count += 1
         if decl.item_key in self.item_keys:
-            col.add("TL405", f"duplicate item_key '{decl.item_key}' (first in lane {self.item_keys[decl.item_key]})",
+            col.add("TL405", f"duplicate item_key {quoted(decl.item_key)} (first in lane {self.item_keys[decl.item_key]})",
                     at + ("item_key",), "item keys must be unique across the plan")
         else:
             self.item_keys[decl.item_key] = index
@@ -207,12 +207,12 @@ class _Admitter:
     def limits(self, at: tuple) -> None:
         total = self.seq
         if self.sub.max_calls is not None and total > self.sub.max_calls:
-            self.col.add("TL407", f"the plan makes {total} calls; subagent '{self.sub.id}' allows {self.sub.max_calls}",
+            self.col.add("TL407", f"the plan makes {total} calls; subagent {quoted(self.sub.id)} allows {self.sub.max_calls}",
                          at, "split the plan or raise runner_defaults.max_calls", at_key=True)
         for tid, n in sorted(self.per_tool.items()):
             tool = self.sub.tools.get(tid)
             if tool is not None and tool.max_calls is not None and n > tool.max_calls:
-                self.col.add("TL408", f"the plan calls '{tid}' {n} times; its max_calls is {tool.max_calls}",
+                self.col.add("TL408", f"the plan calls {quoted(tid)} {n} times; its max_calls is {tool.max_calls}",
                              at, "reduce the calls to this tool or raise its max_calls", at_key=True)
 
 
@@ -280,8 +280,8 @@ def admit_declaration(
     sub = contract.subagents.get(decl.subagent)
     if sub is None:
         near = did_you_mean(decl.subagent, contract.subagents)
-        col.add("TL401", f"unknown subagent '{decl.subagent}'", ("subagent",),
-                f"did you mean '{near}'?" if near else f"subagents: {', '.join(sorted(contract.subagents))}")
+        col.add("TL401", f"unknown subagent {quoted(decl.subagent)}", ("subagent",),
+                f"did you mean {quoted(near)}?" if near else f"subagents: {listing(sorted(contract.subagents))}")
         raise ConfigError(col.problems)
     from ..contract.mcp import resolve_server_tools
 
@@ -306,7 +306,7 @@ def admit_declaration(
             adm.lane(lane, ("lanes", i), col)
         if lanes is not None and not stream:
             read_lanes(lanes, lanes_name, adm, adm.extra, spool)
-        elif decl.lanes is None:
+        elif decl.lanes is None and lanes is None:  # under --stream, lanes are read as the run goes
             col.add("TL202", "a parallel plan needs 'lanes' (or --lanes FILE)", (), "add 'lanes:'", at_key=True)
     else:
         from .routed import admit_routed

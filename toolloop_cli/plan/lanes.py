@@ -9,6 +9,7 @@ from typing import IO, TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from .. import _json
+from .._text import quoted
 from ..contract.problems import Collector, Problem
 from ..contract.source import SourceMap
 from ..contract.validation import report_model_errors
@@ -114,12 +115,12 @@ class LaneStream:
             sub = adm.sub
             n = adm.seq
             if sub.max_calls is not None and n > sub.max_calls:
-                col.add("TL407", f"this lane takes the run to {n} calls; subagent '{sub.id}' allows {sub.max_calls}",
+                col.add("TL407", f"this lane takes the run to {n} calls; subagent {quoted(sub.id)} allows {sub.max_calls}",
                         hint="split the input or raise runner_defaults.max_calls")
             for c in decl.calls:
                 tool = sub.tools.get(c.tool)
                 if tool is not None and tool.max_calls is not None and adm.per_tool.get(c.tool, 0) > tool.max_calls:
-                    col.add("TL408", f"this lane takes '{c.tool}' past its max_calls of {tool.max_calls}",
+                    col.add("TL408", f"this lane takes {quoted(c.tool)} past its max_calls of {tool.max_calls}",
                             hint="reduce the calls to this tool or raise its max_calls")
             if not col.has_errors:
                 if self.journal is not None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from typing import Iterable
 
+from .._text import escape
 from ..contract.problems import CODES, Problem
 
 
 def format_text(problems: Iterable[Problem]) -> str:
-    """One finding per line: ``FILE:LINE:COL: LEVEL CODE message``."""
+    """One finding per line: ``FILE:LINE:COL: LEVEL CODE message``, control characters escaped
+    (a key, a path or a message never moves the cursor or starts a line of its own)."""
     lines = []
     for p in problems:
         where = f"{p.path}: " if p.path else ""
         hint = f" ({p.hint})" if p.hint else ""
-        lines.append(f"{p.file}:{p.line}:{p.col}: {p.level} {p.code} {where}{p.message}{hint}")
+        lines.append(escape(f"{p.file}:{p.line}:{p.col}: {p.level} {p.code} {where}{p.message}{hint}"))
     return "\n".join(lines) + ("\n" if lines else "")
 
 
@@ -35,11 +37,11 @@ def format_github(problems: Iterable[Problem]) -> str:
     lines = []
     for p in problems:
         kind = "error" if p.level == "error" else "warning"
-        props = f"file={_gh_escape_prop(p.file)},line={p.line},col={p.col},title={_gh_escape_prop(p.code)}"
+        props = f"file={_gh_escape_prop(escape(p.file))},line={p.line},col={p.col},title={_gh_escape_prop(p.code)}"
         text = f"{p.path}: {p.message}" if p.path else p.message
         if p.hint:
             text += f" ({p.hint})"
-        lines.append(f"::{kind} {props}::{_gh_escape_data(text)}")
+        lines.append(f"::{kind} {props}::{_gh_escape_data(escape(text))}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 

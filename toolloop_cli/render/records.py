@@ -1,11 +1,15 @@
 """Writers for output records (receipts, summaries, rows): JSON Lines, one JSON array, or a
-Rich table. Writers only write; choosing one is the CLI's job."""
+Rich table. Writers only write; choosing one is the CLI's job.
+
+Tables are for a person: every cell is plain text (never Rich markup) with control characters
+escaped, so an item key, a tool name or a result cannot style, move or clear the terminal."""
 
 from __future__ import annotations
 
 from typing import IO, Any
 
 from .._json import dumps
+from .._text import escape
 
 
 class JsonlWriter:
@@ -48,7 +52,10 @@ class JsonArrayWriter:
 
 
 def _cell(value: Any, width: int = 60) -> str:
-    text = value if isinstance(value, str) else dumps(value).decode()
+    try:
+        text = escape(value if isinstance(value, str) else dumps(value).decode())
+    except TypeError:
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -59,7 +66,7 @@ def _plain(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
-        return ", ".join(f"{k} {v}" for k, v in value.items())
+        return escape(", ".join(f"{k} {v}" for k, v in value.items()))
     return _cell(value)
 
 
@@ -70,9 +77,9 @@ def receipt_row(rec: dict) -> list[str]:
     detail = rec["result"] if rec["status"] == "ok" else (rec["error"] or {}).get("message", "")
     return [
         str(rec["seq"]),
-        rec["item_key"] or "",
-        rec["call_key"] or "",
-        rec["tool"],
+        escape(rec["item_key"] or ""),
+        escape(rec["call_key"] or ""),
+        escape(rec["tool"]),
         rec["status"],
         str(rec["attempts"]),
         rec["cache"],
@@ -104,6 +111,7 @@ class TableWriter:
 
     def close(self) -> None:
         from rich.table import Table
+        from rich.text import Text
 
         styles = {"ok": "green", "skipped": "dim", "cancelled": "yellow", "interrupted": "yellow"}
         if self.rows:
@@ -112,8 +120,8 @@ class TableWriter:
                 table.add_column(col, justify="right" if col in ("seq", "attempts", "duration_ms") else "left",
                                  overflow="fold")
             for rec in self.rows:
-                row = receipt_row(rec)
-                row[4] = f"[{styles.get(rec['status'], 'red')}]{row[4]}[/]"
+                row: list[Any] = [Text(cell) for cell in receipt_row(rec)]
+                row[4].stylize(styles.get(rec["status"], "red"))
                 table.add_row(*row)
             self.console.print(table)
         if self.other:
@@ -126,14 +134,15 @@ class TableWriter:
             for k in keys:
                 numeric = all(isinstance(rec.get(k), (int, float)) and not isinstance(rec.get(k), bool)
                               for rec in self.other if rec.get(k) is not None)
-                table.add_column(k, overflow="fold", justify="right" if numeric else "left")
+                table.add_column(Text(escape(k)), overflow="fold", justify="right" if numeric else "left")
             for rec in self.other:
-                table.add_row(*[_plain(rec.get(k)) for k in keys])
+                table.add_row(*[Text(_plain(rec.get(k))) for k in keys])
             self.console.print(table)
         if self.summary is not None:
             s = self.summary
             counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no calls"
             style = "green" if s["status"] == "ok" else "red"
-            self.console.print(
-                f"[bold {style}]{s['status']}[/] run {s['run_id']} ({s['mode']}): {counts} in {s['duration_ms'] / 1000:.2f}s"
-            )
+            self.console.print(Text.assemble(
+                (escape(str(s["status"])), f"bold {style}"),
+                escape(f" run {s['run_id']} ({s['mode']}): {counts} in {s['duration_ms'] / 1000:.2f}s"),
+            ))
