@@ -279,6 +279,45 @@ def test_language_tags_are_refused():
           hint=("finite number",))
 
 
+@pytest.mark.parametrize("value, words", [
+    ("!!int false", "'false' is not a whole number"),
+    ("!!float x", "'x' is not a number"),
+    ("!!bool maybe", "'maybe' is not true or false"),
+    ("!!null something", "'something' is not null"),
+    ("!!float ''", "'' is not a number"),
+    ("1" * 5000, "more than 4,000 digits"),
+])
+def test_a_tag_on_a_value_it_cannot_hold_is_a_finding(value, words):
+    text = tool_registry(extra=f"timeout_s: {value}\n")
+    _, problems = registry(text, "tagged.yml")
+    p = found(problems, "TL105", file="tagged.yml", at=pos(text, value[:8]), message=(words,),
+              hint=("remove the tag",))
+    assert problems == [p] and len(p.message) < 200  # not also a type error, and the digits are not all quoted
+
+
+@pytest.mark.parametrize("value, shown", [("{a: 1}", "{'a': 1}"), ("[x]", "['x']"), ("3", "3"), ("true", "True")])
+def test_a_schema_keyword_that_is_not_text_is_a_finding(value, shown):
+    text = tool_registry(input=f"{{$schema: {value}, type: object}}")
+    _, problems = registry(text, "schema.yml")
+    found(problems, "TL320", file="schema.yml", at=pos(text, value),
+          message=("input_schema is not a valid JSON Schema", f"{shown} is not of type 'string'"))
+
+
+def test_a_list_of_lists_as_type_with_a_redact_pointer_is_a_finding():
+    text = tool_registry(input="{type: [[object]]}", extra="redact: [/password]\n")
+    _, problems = registry(text, "types.yml")
+    assert {p.code for p in problems} <= {"TL320", "TL341"}
+    found(problems, "TL320", file="types.yml", at=pos(text, "[[object]]"), message=("[['object']] is not one of",))
+
+
+@pytest.mark.parametrize("mode", ["{parallel: 1}", "[parallel]", "7"])
+def test_a_mode_that_is_not_text_is_a_finding(mode):
+    write("reg.yml", tool_registry())
+    text = f"version: 1\nregistry: reg.yml\nsubagent: w\nmode: {mode}\ncalls: []\n"
+    path = write("plan.yml", text)
+    found(rejected(path), "TL203", file="plan.yml", at=(4, 7), message=("'mode' must be one of",))
+
+
 @covers("TL106")
 def test_empty_or_non_mapping_documents():
     _, problems = registry("# nothing but a comment\n")
@@ -663,6 +702,23 @@ def test_inconsistent_retry_policy():
     text = tool_registry(extra="retry: {max_attempts: 3, on: []}\n")
     _, problems = registry(text, "never.yml")
     found(problems, "TL351", file="never.yml", at=pos(text, "[]"), message=("nothing is ever retried",))
+
+
+@covers("TL352")
+def test_a_write_that_is_not_idempotent_may_not_be_retried_after_a_timeout():
+    for effect in ("write", "destructive"):
+        text = tool_registry(extra=f"effect: {effect}\nretry: {{max_attempts: 3, on: [error, timeout]}}\n")
+        _, problems = registry(text, f"{effect}.yml")
+        found(problems, "TL352", file=f"{effect}.yml", at=pos(text, "timeout]"),
+              message=("'echo'", f"effect: {effect}", "never retried after a timeout"),
+              hint=("remove timeout from retry.on", "idempotent: true"))
+    # an idempotent write, and a read, may say so
+    for extra in ("effect: write\nidempotent: true\n", "effect: read\n"):
+        contract, problems = registry(tool_registry(extra=extra + "retry: {max_attempts: 3, on: [timeout]}\n"), "fine.yml")
+        assert problems == [] and contract.subagents["w"].tools["echo"].retry.on == {"timeout"}
+    # left to the default, such a write is retried after errors only
+    contract, problems = registry(tool_registry(extra="effect: write\nretry: {max_attempts: 3}\n"), "default.yml")
+    assert problems == [] and contract.subagents["w"].tools["echo"].retry.on == {"error"}
 
 
 @covers("TL360")

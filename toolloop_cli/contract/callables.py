@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .._text import error_text, quoted
+from .._text import error_text, excerpt, quoted
 from .problems import did_you_mean
 
 
@@ -102,7 +102,7 @@ def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Reso
         return Resolved(
             None, "TL306", f"cannot import module {quoted(module_name)}: no module named {quoted(missing)} under app_root",
             f"check the spelling, or set app_root to the folder that holds {quoted(missing.split('.')[0])} "
-            f"(now {app_root})",
+            f"(now {excerpt(app_root)})",
         )
     where = ""
     tb = exc.__traceback__

@@ -6,6 +6,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from .._text import excerpt
 from .source import Path, SourceMap
 
 # Stable finding codes. The table in docs/findings.md is generated from this mapping and a
@@ -107,13 +108,14 @@ class Problem:
 
 
 def json_path(path: Path) -> str:
-    """Render a data path as ``subagents.worker-a.tools[0].callable`` (keys dotted, indexes bracketed)."""
+    """Render a data path as ``subagents.worker-a.tools[0].callable`` (keys dotted, indexes
+    bracketed); each key is shown as an excerpt, control characters escaped."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            out += ("." if out else "") + excerpt(str(part))
     return out
 
 

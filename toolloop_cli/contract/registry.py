@@ -27,7 +27,7 @@ def display_path(path: str | os.PathLike) -> str:
     p = FsPath(path)
     try:
         return str(p.resolve().relative_to(FsPath.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError):  # not below the current folder, or not a name the system takes
         return str(p)
 
 
@@ -61,6 +61,9 @@ def load_document(path: str | os.PathLike, recode: Callable[[LoadIssue], LoadIss
         return LoadedDoc(None, smap, col)
     except OSError as exc:
         col.add("TL101", f"cannot read {excerpt(str(path))}: {exc.strerror or clip(str(exc))}", hint="check the file exists and is readable")
+        return LoadedDoc(None, smap, col)
+    except ValueError:  # a NUL byte in the name
+        col.add("TL101", f"cannot read {excerpt(str(path))}: not a file name", hint="check the path")
         return LoadedDoc(None, smap, col)
     try:
         data, smap, issues = load_yaml(text, shown)
@@ -224,15 +227,19 @@ def _salvage(data: dict, broken: list[tuple], partial: _Partial) -> RegistryDecl
 def _root_for(decl: RegistryDecl, path: FsPath, col: Collector, override: str | None) -> str | None:
     """The folder put first on sys.path, or None (with a finding) when it is not a folder."""
     base = path.resolve().parent
-    if override is not None:
-        root = FsPath(override).resolve()
-    elif decl.app_root is not None:
-        root = (base / decl.app_root).resolve()
-    else:
-        root = base
-    if not root.is_dir():
+    try:
+        if override is not None:
+            root = FsPath(override).resolve()
+        elif decl.app_root is not None:
+            root = (base / decl.app_root).resolve()
+        else:
+            root = base
+        is_dir = root.is_dir()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        root, is_dir = FsPath(override if override is not None else decl.app_root or base), False
+    if not is_dir:
         given = "--app-root" if override is not None else "app_root"
-        col.add("TL312", f"{given} {quoted(root)} is not a folder, so no callable can be resolved", ("app_root",),
+        col.add("TL312", f"{given} {quoted(str(root))} is not a folder, so no callable can be resolved", ("app_root",),
                 "point app_root (relative to the registry file) at the folder holding the App package")
         return None
     return str(root)
@@ -405,7 +412,7 @@ def _compile_tool(
     write_only = [p for key in ("input_schema", "output_schema") for p in schemas.write_only_pointers(getattr(t, key))]
     for i, ptr in enumerate(t.redact):
         if not schemas.is_json_pointer(ptr):
-            fix = f"write '/{ptr}'" if not ptr.startswith("/") else "escape '~' as '~0' and '/' inside a key as '~1'"
+            fix = f"write {quoted('/' + ptr)}" if not ptr.startswith("/") else "escape '~' as '~0' and '/' inside a key as '~1'"
             col.add("TL340", f"redact entry {quoted(ptr)} is not a JSON Pointer", at + ("redact", i), fix)
             continue
         if not (schemas.pointer_can_match(t.input_schema, ptr) or schemas.pointer_can_match(t.output_schema, ptr)):

@@ -223,7 +223,7 @@ class _Builder:
             return None
         try:
             value = self._scalars.construct_object(node)
-        except (ValueError, KeyError, TypeError, ArithmeticError, yaml.YAMLError):
+        except Exception:  # noqa: BLE001 - PyYAML's constructors fail in many ways on text they cannot read
             value = _UNREADABLE  # e.g. '!!int false', '!!bool maybe', or an integer of 5,000 digits
         if value is None and node.value not in _NULLS:
             value = _UNREADABLE  # '!!null something'

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from .._canonical import sha256_of
 from .._json import value_problem
-from .._text import listing, quoted
+from .._text import excerpt, listing, quoted
 from ..contract.compiled import Contract, SubagentSpec, ToolSpec
 from ..contract.problems import Collector, Problem, did_you_mean
 from ..contract.registry import display_path, load_document, load_registry
@@ -247,8 +247,12 @@ def admit_plan(
     if reg_path is None:
         col.add("TL412", "the plan names no registry", (), "add 'registry: path/to/registry.yml' or pass --registry")
         raise ConfigError(col.problems)
-    if not FsPath(reg_path).is_file():
-        col.add("TL412", f"registry not found: {reg_path}", ("registry",), "fix the path (relative to the plan file) or pass --registry")
+    try:
+        found = FsPath(reg_path).is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        found = False
+    if not found:
+        col.add("TL412", f"registry not found: {quoted(reg_path)}", ("registry",), "fix the path (relative to the plan file) or pass --registry")
         raise ConfigError(col.problems)
     contract, reg_problems = load_registry(reg_path, default_timeout_s=default_timeout_s, app_root=app_root)
     if contract is None:
@@ -320,7 +324,7 @@ def admit_declaration(
             col.add("TL409", "max_concurrency is missing", (), "add 'max_concurrency: 4' or pass --max-concurrency 4", at_key=True)
         elif mc < 1:
             where = ("max_concurrency",) if max_concurrency is None else ()
-            col.add("TL409", f"max_concurrency must be at least 1, found {mc}", where, "use 1 or more")
+            col.add("TL409", f"max_concurrency must be at least 1, found {excerpt(mc)}", where, "use 1 or more")
     problems = col.problems + adm.extra
     if any(p.level == "error" for p in problems):
         raise ConfigError(problems)
