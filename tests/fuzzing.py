@@ -21,6 +21,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+try:  # the CEL library raises the recursion limit with its first environment: let that happen now
+    import celpy
+
+    celpy.Environment()
+except ImportError:  # approvals are an optional extra
+    pass
+
 from conftest import APP
 from toolloop_cli._text import EXCERPT
 from toolloop_cli.contract.problems import CODES, Problem

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import fuzzing
 
-BOUNDED = settings(max_examples=60, deadline=None, derandomize=True, database=None,
+BOUNDED = settings(max_examples=200, deadline=None, derandomize=True, database=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

@@ -38,12 +38,10 @@ def excerpt(value: Any, limit: int = EXCERPT) -> str:
     size = 0
     for piece in _pieces(value, limit + 1):
         piece = escape(piece)
-        if size + len(piece) > limit:
-            out.append(piece[: max(limit - 1 - size, 0)])
-            out.append("…")
-            break
         out.append(piece)
         size += len(piece)
+        if size > limit:
+            return "".join(out)[: limit - 1] + "…"
     return "".join(out)
 
 
