@@ -64,7 +64,8 @@ def validate(
 def _lock_drift(registry: Path, contract: object) -> list:
     """TL370 for every tool added, removed or changed since the lock was written, at the tool's
     place in the registry; TL371 when there is no readable lock."""
-    from ..contract.problems import Problem
+    from .._text import clip, quoted
+    from ..contract.problems import Problem, json_path
     from ..contract.registry import display_path, load_document
 
     lock_path = registry.parent / LOCK_NAME
@@ -77,23 +78,23 @@ def _lock_drift(registry: Path, contract: object) -> list:
     except FileNotFoundError:
         return [Problem("TL371", f"{shown} does not exist", display_path(registry),
                         hint=f"run 'toolloop lock {registry}' and commit {LOCK_NAME}")]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [Problem("TL371", f"{shown} is unreadable: {exc}", shown, hint=f"run 'toolloop lock {registry}' again")]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        return [Problem("TL371", f"{shown} is unreadable: {clip(str(exc))}", shown, hint=f"run 'toolloop lock {registry}' again")]
     current = contract.tool_hashes()  # type: ignore[attr-defined]
     smap = load_document(registry).smap
     out = []
     for name in sorted(set(current) | set(locked_tools)):
         sid, _, tid = name.partition("/")
         if name not in locked_tools:
-            msg = f"tool '{name}' is not in {shown} (added since the lock was written)"
+            msg = f"tool {quoted(name)} is not in {shown} (added since the lock was written)"
         elif name not in current:
-            msg = f"tool '{name}' is in {shown} but no longer in the registry"
+            msg = f"tool {quoted(name)} is in {shown} but no longer in the registry"
         elif locked_tools[name] != current[name]:
-            msg = f"tool '{name}' changed since {shown} was written"
+            msg = f"tool {quoted(name)} changed since {shown} was written"
         else:
             continue
         line, col = smap.position(("subagents", sid, "tools", tid), at_key=True)
-        out.append(Problem("TL370", msg, smap.file, line, col, f"subagents.{sid}.tools.{tid}",
+        out.append(Problem("TL370", msg, smap.file, line, col, json_path(("subagents", sid, "tools", tid)),
                            hint=f"review the change, then run 'toolloop lock {registry}'"))
     return out
 
@@ -136,7 +137,9 @@ def tools(
         print_findings(problems)
         raise typer.Exit(3)
     if subagent is not None and subagent not in contract.subagents:
-        fail(f"unknown subagent '{subagent}'", 2, f"subagents: {', '.join(sorted(contract.subagents))}")
+        from .._text import listing, quoted
+
+        fail(f"unknown subagent {quoted(subagent)}", 2, f"subagents: {listing(sorted(contract.subagents))}")
     from ..contract.mcp import resolve_server_tools
 
     out = sys.stdout.buffer
