@@ -67,3 +67,21 @@ def test_a_person_rejects_with_a_message(tmp_path):
     assert code == 1, screen
     assert [r["status"] for r in records[:-1]] == ["denied", "skipped"]
     assert records[0]["error"]["message"].endswith("not today")
+
+
+def test_the_prompt_shows_control_characters_escaped_and_refuses_unusable_edits(monkeypatch, capsys):
+    import io
+    import re
+    from types import SimpleNamespace
+
+    from toolloop_cli.cli.prompt import TerminalApprover
+
+    tool = SimpleNamespace(id="pay\x1b[2J", approval_text="args.amount > 100", input_validator=None)
+    deep = '{"x": ' + "[" * 150 + "]" * 150 + "}"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"e\n{deep}\ne\n{{\"n\": NaN}}\na\n"))
+    args = {"note": "\u202eevil\x9b", "n": 2 ** 70}
+    assert TerminalApprover()._ask(tool, "k\x1b]0;t\x07", "c", args) == ("run", args)
+    screen = capsys.readouterr().err
+    assert not re.search("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e]", screen), screen
+    assert "tool 'pay\\x1b[2J'" in screen and "\\u202eevil\\x9b" in screen and "1180591620717411303424" in screen
+    assert "cannot be used: it nests deeper than 100 levels" in screen and "not JSON" in screen

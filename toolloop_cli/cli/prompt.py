@@ -51,13 +51,20 @@ class TerminalApprover:
         text = (self._read("new arguments (one line of JSON, empty to go back): ") or "").strip()
         if not text:
             return None
+        from .._json import JSONDecodeError, loads
+
         try:
-            edited = json.loads(text)
-        except json.JSONDecodeError as exc:
+            edited = loads(text)
+        except JSONDecodeError as exc:
             self._say(f"not JSON: {exc}\n")
             return None
         if not isinstance(edited, dict):
             self._say("the arguments must be a JSON object\n")
+            return None
+        from .._json import value_problem
+
+        if (why := value_problem(edited)) is not None:
+            self._say(f"these arguments cannot be used: {why}\n")
             return None
         if tool.input_validator is not None and not tool.input_validator.is_valid(edited):
             self._say("they fail the input schema: " + "; ".join(schema_errors(tool.input_validator, edited)) + "\n")
@@ -66,7 +73,10 @@ class TerminalApprover:
 
     @staticmethod
     def _say(text: str) -> None:
-        sys.stderr.write(text)
+        from .._text import escape
+
+        # control characters in a key or a value are shown escaped; the prompt's own line breaks stay
+        sys.stderr.write("\n".join(escape(line) for line in text.split("\n")))
         sys.stderr.flush()
 
     def _read(self, prompt: str) -> str | None:
