@@ -485,7 +485,7 @@ class Store:
         with self._lock:
             rows = self.db.execute("SELECT receipts_before, record FROM records WHERE run_id=? ORDER BY n",
                                    (run_id,)).fetchall()
-        return [(before, orjson.loads(rec)) for before, rec in rows]
+        return [(before, _loads(rec)) for before, rec in rows]
 
     # --- operators (steer, abort) -------------------------------------------------------
     def add_control(self, run_id: str, kind: str, message: str | None) -> int:
@@ -524,7 +524,7 @@ class Store:
         with self._lock:
             rows = self.db.execute("SELECT record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
                                    (run_id,)).fetchall()
-        return [orjson.loads(r[0]) for r in rows]
+        return [_loads(r[0]) for r in rows]
 
     def receipts_of(self, run_id: str) -> list[dict]:
         with self._lock:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any, Callable, Mapping
 
+from .._text import clip, listing, quoted
 from ..contract.compiled import Contract, SubagentSpec
 from ..contract.problems import Collector, Problem, did_you_mean
 from ..providers.base import PROVIDERS, Price, Profile
@@ -142,13 +143,13 @@ class _Checker:
             return None
         ok = True
         if prof.provider not in PROVIDERS:
-            self.add("TL410", f"unknown provider '{prof.provider[:80]}'", at + ("provider",),
+            self.add("TL410", f"unknown provider {quoted(prof.provider)}", at + ("provider",),
                      f"use one of: {', '.join(PROVIDERS)}")
             return None
         if prof.provider != "replay":
             if prof.model is None or not prof.model.strip():
                 where = at + ("model",) if prof.model is not None else at
-                self.add("TL410", f"provider '{prof.provider}' needs a model", where,
+                self.add("TL410", f"provider {quoted(prof.provider)} needs a model", where,
                          "name the model explicitly, e.g. model: gpt-4.1-mini (models are never defaulted)",
                          at_key=prof.model is None)
                 ok = False
@@ -185,7 +186,7 @@ class _Checker:
             self.fixtures[path] = read_fixture(path)
         except FixtureError as exc:
             if exc.line == 0:
-                self.add("TL416", f"{exc.message}: '{given[:80]}'", at,
+                self.add("TL416", f"{exc.message}: {quoted(given)}", at,
                          "the path is relative to the plan's folder; export one with 'toolloop runs export RUN_ID'")
             else:
                 self.extra.append(Problem("TL421", exc.message, display(path), exc.line, 1, "",
@@ -199,7 +200,7 @@ class _Checker:
         try:
             return read_app_file(self.resolve(given), what)
         except PromptError as exc:
-            self.add("TL416", f"{exc.why}: '{given[:80]}'", at,
+            self.add("TL416", f"{exc.why}: {quoted(given)}", at,
                      "the path is relative to the plan's folder; a file the plan names must exist and not be empty")
             return None
 
@@ -208,9 +209,9 @@ class _Checker:
             return read_packaged(name)
         except PromptError as exc:
             if exc.why in ("the file is empty", "missing from the installed package"):
-                message = f"prompt file '{name}' is missing or empty in the installed package"
+                message = f"prompt file {quoted(name)} is missing or empty in the installed package"
             else:
-                message = f"prompt file '{name}' is broken: {exc.why}"
+                message = f"prompt file {quoted(name)} is broken: {exc.why}"
             self.add("TL415", message, (), "reinstall toolloop; prompts are package data")
             return None
 
@@ -234,7 +235,7 @@ class _Checker:
         try:
             return schemas.compile_validator(schema, mask=False)
         except Exception as exc:  # noqa: BLE001 - the validator library's own errors
-            self.add("TL320", f"{key} does not compile: {str(exc).splitlines()[0][:120]}", (key,), "fix the schema")
+            self.add("TL320", f"{key} does not compile: {clip((str(exc).splitlines() or [type(exc).__name__])[0])}", (key,), "fix the schema")
             return None
 
     def context(self, validator: Any) -> dict:
@@ -257,10 +258,10 @@ class _Checker:
         seen: set[str] = set()
         for i, name in enumerate(declared):
             if name in ENGINE_OUTCOMES:
-                self.add("TL418", f"outcome '{name}' is one of the loop's own outcomes", ("outcomes", i),
+                self.add("TL418", f"outcome {quoted(name)} is one of the loop's own outcomes", ("outcomes", i),
                          f"choose another name; the loop's own are: {', '.join(ENGINE_OUTCOMES)}")
             elif name in seen:
-                self.add("TL418", f"outcome '{name[:80]}' is declared twice", ("outcomes", i), "declare each outcome once")
+                self.add("TL418", f"outcome {quoted(name)} is declared twice", ("outcomes", i), "declare each outcome once")
             elif not name.strip():
                 self.add("TL418", "an outcome name is empty", ("outcomes", i), "name the outcome")
             seen.add(name)
@@ -277,8 +278,8 @@ class _Checker:
         for key in routes:
             if key not in known:
                 near = did_you_mean(key, known)
-                self.add("TL419", f"route '{key[:80]}' is neither a declared outcome nor one of the loop's outcomes",
-                         ("routes", key), f"did you mean '{near}'?" if near else
+                self.add("TL419", f"route {quoted(key)} is neither a declared outcome nor one of the loop's outcomes",
+                         ("routes", key), f"did you mean {quoted(near)}?" if near else
                          f"route one of: {', '.join(known)}", at_key=True)
         return dict(routes)
 
@@ -290,20 +291,20 @@ class _Checker:
         ok = True
         for name in required:
             if getattr(r, name) is None:
-                self.add("TL420", f"rule '{r.when}' needs '{name}'", at, f"add {name}: ...", at_key=True)
+                self.add("TL420", f"rule {quoted(r.when)} needs {quoted(name)}", at, f"add {name}: ...", at_key=True)
                 ok = False
         for name in ("count", "tool", "gt", "gte", "effect"):
             if name not in required + optional and getattr(r, name) is not None:
-                self.add("TL420", f"rule '{r.when}' takes no '{name}'", at + (name,),
-                         f"'{r.when}' takes: {', '.join(required + optional)}", at_key=True)
+                self.add("TL420", f"rule {quoted(r.when)} takes no {quoted(name)}", at + (name,),
+                         f"{quoted(r.when)} takes: {', '.join(required + optional)}", at_key=True)
                 ok = False
         if r.when == "tool_repeated" and r.count is not None and r.count < 1:
             self.add("TL420", "tool_repeated needs a count of at least 1", at + ("count",), "use 1 or more")
             ok = False
         if r.tool is not None and r.tool not in self.sub.tools:
             near = did_you_mean(r.tool, self.sub.tools)
-            self.add("TL402", f"unknown tool '{r.tool[:80]}' in subagent '{self.sub.id}'", at + ("tool",),
-                     f"did you mean '{near}'?" if near else f"known tools: {', '.join(sorted(self.sub.tools))}")
+            self.add("TL402", f"unknown tool {quoted(r.tool)} in subagent {quoted(self.sub.id)}", at + ("tool",),
+                     f"did you mean {quoted(near)}?" if near else f"known tools: {listing(sorted(self.sub.tools))}")
             ok = False
         if not ok or action is None:
             return None
@@ -392,7 +393,7 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
     for key in ("router_profile", "final_profile"):
         prof = getattr(decl, key)
         if prof is None:
-            ck.add("TL410", f"a routed plan needs '{key}' (provider and model are never defaulted)", (),
+            ck.add("TL410", f"a routed plan needs {quoted(key)} (provider and model are never defaulted)", (),
                    f"add '{key}: {{provider: ..., model: ...}}'", at_key=True)
         profiles[key] = ck.profile(prof, (key,))
     final_validator = ck.schema(decl.final_schema, "final_schema")
@@ -401,10 +402,10 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
     for i, name in enumerate(decl.allowed_tools or []):
         if name not in sub.tools:
             near = did_you_mean(name, sub.tools)
-            ck.add("TL402", f"unknown tool '{name}' in subagent '{sub.id}'", ("allowed_tools", i),
-                   f"did you mean '{near}'?" if near else f"known tools: {', '.join(sorted(sub.tools))}")
+            ck.add("TL402", f"unknown tool {quoted(name)} in subagent {quoted(sub.id)}", ("allowed_tools", i),
+                   f"did you mean {quoted(near)}?" if near else f"known tools: {listing(sorted(sub.tools))}")
         elif name not in sub.allowed_tools:
-            ck.add("TL411", f"'{name}' is not in the subagent's runner_defaults.allowed_tools", ("allowed_tools", i),
+            ck.add("TL411", f"{quoted(name)} is not in the subagent's runner_defaults.allowed_tools", ("allowed_tools", i),
                    "routed allowlists are a subset of the subagent's")
     outcomes = ck.outcomes()
     routes = ck.routes(outcomes)
