@@ -82,7 +82,7 @@ FIX_HINTS: dict[str, str] = {
     "TL310": "Set `timeout_s` on the tool or `runner_defaults.tool_timeout_s` on its subagent.",
     "TL311": "Use `isolation: thread` for async callables, or make the callable synchronous.",
     "TL312": "Create the folder, or fix `app_root` (it is relative to the registry file).",
-    "TL313": "Check `mcp.command` starts the server (it must be on PATH, and `toolloop[mcp]` installed) and that every name in `allow` is one of the tools the server lists.",
+    "TL313": "Check `mcp.command` starts the server (it must be on PATH, and `toolloop-cli[mcp]` installed) and that every name in `allow` is one of the tools the server lists.",
     "TL320": "Fix the schema so it meta-validates against JSON Schema 2020-12; `{}` means open.",
     "TL321": "Replace the remote or file `$ref` with a local one (`#/$defs/...`); nothing is fetched.",
     "TL322": "Define the referenced `$defs` entry, or fix the JSON Pointer in `$ref`.",

@@ -61,7 +61,7 @@ def resolve_server_tools(sub: SubagentSpec) -> list[Problem]:
         import mcp  # noqa: F401
     except ImportError:
         return [_problem(t, f"tool '{t.id}' comes from an MCP server, and the MCP client is not installed",
-                         "pip install 'toolloop[mcp]'") for t in pending]
+                         "pip install 'toolloop-cli[mcp]'") for t in pending]
     by_server: dict[tuple, list[ToolSpec]] = {}
     for t in pending:
         by_server.setdefault(server_key(t.mcp), []).append(t)
