@@ -30,7 +30,7 @@ _toolloop_options()
         "toolloop schema") echo "--help -h" ;;
         "toolloop steer") echo "--help --state-dir -h" ;;
         "toolloop tools") echo "--format --help --subagent -f -h -s" ;;
-        "toolloop validate") echo "--format --help --locked --strict -f -h" ;;
+        "toolloop validate") echo "--app-root --format --help --ignore --locked --max-concurrency --registry --strict --timeout -f -h -j" ;;
     esac
 }
 
@@ -75,7 +75,12 @@ _toolloop_option_value()
         "toolloop steer --state-dir") echo "@dir" ;;
         "toolloop tools -f"|"toolloop tools --format") echo "auto table jsonl json" ;;
         "toolloop tools -s"|"toolloop tools --subagent") echo "@text" ;;
+        "toolloop validate --app-root") echo "@dir" ;;
+        "toolloop validate --ignore") echo "@text" ;;
+        "toolloop validate --registry") echo "@file" ;;
+        "toolloop validate --timeout") echo "@text" ;;
         "toolloop validate -f"|"toolloop validate --format") echo "text json github sarif" ;;
+        "toolloop validate -j"|"toolloop validate --max-concurrency") echo "@text" ;;
         *) echo "@none" ;;
     esac
 }
@@ -100,7 +105,6 @@ _toolloop_argument()
         "toolloop steer 0") echo "@text" ;;
         "toolloop steer 1") echo "@text" ;;
         "toolloop tools 0") echo "@file" ;;
-        "toolloop validate 0") echo "@file" ;;
         "toolloop validate "*) echo "@file" ;;
         *) echo "@none" ;;
     esac

@@ -90,8 +90,14 @@ set -g __toolloop_value_options \
     'toolloop tools --subagent' \
     'toolloop tools -f' \
     'toolloop tools -s' \
+    'toolloop validate --app-root' \
     'toolloop validate --format' \
-    'toolloop validate -f'
+    'toolloop validate --ignore' \
+    'toolloop validate --max-concurrency' \
+    'toolloop validate --registry' \
+    'toolloop validate --timeout' \
+    'toolloop validate -f' \
+    'toolloop validate -j'
 
 complete -c toolloop -f
 
@@ -99,7 +105,7 @@ complete -c toolloop -f
 complete -c toolloop -n '__toolloop_using toolloop' -a abort -d 'Stop a run: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
 complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval, once; then run \'toolloop resume RUN_ID\'.'
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
-complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write toolloop.lock beside the registry: every tool\'s contract hash.'
+complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write the registry\'s entry in toolloop.lock beside it: every tool\'s contract hash and each subagent\'s runner_defaults hash (other registries\' entries in the same lock are kept).'
 complete -c toolloop -n '__toolloop_using toolloop' -a replay -d 'Re-run a routed run from its recorded model answers and report what differs (exit 1).'
 complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an interrupted run; print the full receipt set in order, then the summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a run -d 'Run a plan; print one receipt per call, in input order, then a summary.'
@@ -107,7 +113,7 @@ complete -c toolloop -n '__toolloop_using toolloop' -a runs -d 'List journaled r
 complete -c toolloop -n '__toolloop_using toolloop' -a schema -d 'Print the JSON Schema of a file format or of the output records.'
 complete -c toolloop -n '__toolloop_using toolloop' -a steer -d 'Add a message to a routed run\'s next turn (read from the journal by the running loop).'
 complete -c toolloop -n '__toolloop_using toolloop' -a tools -d 'List the registry\'s tools: id, kind, effect, description.'
-complete -c toolloop -n '__toolloop_using toolloop' -a validate -d 'Lint a registry (and plans against it); exit 1 on any error.'
+complete -c toolloop -n '__toolloop_using toolloop' -a validate -d 'Check registries and plans as run would, without running anything; exit 1 on any error.'
 complete -c toolloop -n '__toolloop_using toolloop' -l install-completion -d 'Install completion for the current shell.'
 complete -c toolloop -n '__toolloop_using toolloop' -l show-completion -d 'Show completion for the current shell, to copy it or customize the installation.'
 complete -c toolloop -n '__toolloop_using toolloop' -l version -d 'Print the version and exit.'
@@ -211,9 +217,13 @@ complete -c toolloop -n '__toolloop_using toolloop tools' -s s -l subagent -x -d
 complete -c toolloop -n '__toolloop_using toolloop tools' -F
 
 # toolloop validate
-complete -c toolloop -n '__toolloop_using toolloop validate' -l locked -d 'Fail when the registry differs from toolloop.lock.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l app-root -r -F -d 'Folder put first on sys.path for callables (as run --app-root).'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l ignore -x -d 'Finding codes to leave out, e.g. TL305,TL340.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l locked -d 'Fail when a registry differs from its toolloop.lock.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l registry -r -F -d 'Check every plan against this registry instead of the one it names.'
 complete -c toolloop -n '__toolloop_using toolloop validate' -l strict -d 'Treat warnings as errors.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l timeout -x -d 'The --timeout the plans will run with (a default for tools that set none).'
 complete -c toolloop -n '__toolloop_using toolloop validate' -s f -l format -x -a 'text json github sarif' -d 'Output format for findings.'
 complete -c toolloop -n '__toolloop_using toolloop validate' -s h -l help -d 'Show this message and exit.'
-complete -c toolloop -n '__toolloop_using toolloop validate' -F
+complete -c toolloop -n '__toolloop_using toolloop validate' -s j -l max-concurrency -x -d 'The --max-concurrency the parallel plans will run with.'
 complete -c toolloop -n '__toolloop_using toolloop validate' -F

@@ -10,7 +10,7 @@ _toolloop() {
         'abort:Stop a run\: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
         'approve:Answer a call that waits for approval, once; then run '\''toolloop resume RUN_ID'\''.'
         'call:Run one ad-hoc call through every gate and print its receipt.'
-        'lock:Write toolloop.lock beside the registry\: every tool'\''s contract hash.'
+        'lock:Write the registry'\''s entry in toolloop.lock beside it\: every tool'\''s contract hash and each subagent'\''s runner_defaults hash (other registries'\'' entries in the same lock are kept).'
         'replay:Re-run a routed run from its recorded model answers and report what differs (exit 1).'
         'resume:Finish an interrupted run; print the full receipt set in order, then the summary.'
         'run:Run a plan; print one receipt per call, in input order, then a summary.'
@@ -18,7 +18,7 @@ _toolloop() {
         'schema:Print the JSON Schema of a file format or of the output records.'
         'steer:Add a message to a routed run'\''s next turn (read from the journal by the running loop).'
         'tools:List the registry'\''s tools\: id, kind, effect, description.'
-        'validate:Lint a registry (and plans against it); exit 1 on any error.'
+        'validate:Check registries and plans as run would, without running anything; exit 1 on any error.'
     )
     _arguments -C \
         '--install-completion[Install completion for the current shell.]' \
@@ -207,12 +207,16 @@ _toolloop_tools() {
 
 _toolloop_validate() {
     _arguments \
-        '--locked[Fail when the registry differs from toolloop.lock.]' \
+        '--app-root[Folder put first on sys.path for callables (as run --app-root).]:app-root:_files -/' \
+        '--ignore[Finding codes to leave out, e.g. TL305,TL340.]:ignore: ' \
+        '--locked[Fail when a registry differs from its toolloop.lock.]' \
+        '--registry[Check every plan against this registry instead of the one it names.]:registry:_files' \
         '--strict[Treat warnings as errors.]' \
+        '--timeout[The --timeout the plans will run with (a default for tools that set none).]:timeout: ' \
         '(-f --format)'{-f,--format}'[Output format for findings.]:format:(text json github sarif)' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
-        '1:registry:_files' \
-        '*:plans:_files'
+        '(-j --max-concurrency)'{-j,--max-concurrency}'[The --max-concurrency the parallel plans will run with.]:max-concurrency: ' \
+        '*:paths:_files'
 }
 
 if [[ $zsh_eval_context[-1] == loadautofunc ]]; then

@@ -261,7 +261,9 @@ def test_findings_table_lists_every_code_once_with_a_fix():
 
 
 def test_fix_hints_cover_exactly_the_codes():
-    assert set(gen.FIX_HINTS) == set(CODES)
+    from toolloop_cli.contract.problems import FIXES
+
+    assert set(FIXES) == set(CODES)
 
 
 # --- pre-commit hook -----------------------------------------------------------------------

@@ -61,7 +61,10 @@ def main() -> None:
 
     guard_standard_streams()
     try:
-        app()
+        if _wants_sarif(sys.argv[1:]):
+            _validate_with_sarif_errors()
+        else:
+            app()
     except (UsageError, RunError) as exc:
         sys.stderr.write(f"toolloop: error: {exc}\n")
         sys.exit(2 if isinstance(exc, UsageError) else 1)
@@ -70,3 +73,36 @@ def main() -> None:
 
         print_findings(exc.problems)
         sys.exit(3)
+
+
+def _wants_sarif(argv: list[str]) -> bool:
+    """``validate ... --format sarif``: a usage error must still leave a SARIF log on stdout."""
+    if not argv or argv[0] != "validate":
+        return False
+    for i, arg in enumerate(argv):
+        if arg in ("--format", "-f") and argv[i + 1:i + 2] == ["sarif"]:
+            return True
+        if arg in ("--format=sarif", "-fsarif"):
+            return True
+    return False
+
+
+def _validate_with_sarif_errors() -> None:
+    import sys
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # a bad flag or a missing argument, found by the parser
+        from ..render.lint import format_sarif
+        from .common import version
+
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        sys.stdout.write(format_sarif([], version(), error=message))
+        if hasattr(exc, "show"):
+            exc.show()
+        else:
+            sys.stderr.write(f"toolloop: error: {message}\n")
+        sys.exit(getattr(exc, "exit_code", 2))
+    except typer.Abort:
+        sys.exit(130)
+    sys.exit(code or 0)

@@ -16,6 +16,15 @@ from .problems import Problem
 from .schemas import check_refs, compile_validator, meta_errors
 
 
+def client_missing() -> str | None:
+    """Why the MCP client (the ``mcp`` extra) cannot be imported, or None when it can."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
 def server_key(decl: Any) -> tuple:
     """One server per distinct command line and environment."""
     return (tuple(decl.command), tuple(sorted(decl.env.items())))
