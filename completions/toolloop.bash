@@ -22,7 +22,7 @@ _toolloop_options()
         "toolloop lock") echo "--help -h" ;;
         "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
         "toolloop resume") echo "--format --help --lanes --retry-failed --retry-interrupted --state-dir -f -h" ;;
-        "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
+        "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --progress --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
         "toolloop runs export") echo "--format --help --state-dir -f -h" ;;
         "toolloop runs list") echo "--format --help --state-dir -f -h" ;;

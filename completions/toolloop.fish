@@ -171,6 +171,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -l halt -x -d 'now,fail=
 complete -c toolloop -n '__toolloop_using toolloop run' -l lanes -r -F -d 'JSON Lines file of extra lanes, or - for standard input.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l max-output-bytes -x -d 'Largest result accepted from a call.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l no-cache -d 'Do not read the cache.'
+complete -c toolloop -n '__toolloop_using toolloop run' -l progress -l no-progress -d 'Live progress on standard error when it is a terminal.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l refresh-cache -d 'Run cacheable tools and rewrite their entries.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l registry -r -F -d 'Registry file (overrides the plan\'s).'
 complete -c toolloop -n '__toolloop_using toolloop run' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'

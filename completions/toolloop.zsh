@@ -122,6 +122,7 @@ _toolloop_run() {
         '--lanes[JSON Lines file of extra lanes, or - for standard input.]:lanes:_files' \
         '--max-output-bytes[Largest result accepted from a call.]:max-output-bytes: ' \
         '--no-cache[Do not read the cache.]' \
+        '(--progress --no-progress)'{--progress,--no-progress}'[Live progress on standard error when it is a terminal.]' \
         '--refresh-cache[Run cacheable tools and rewrite their entries.]' \
         '--registry[Registry file (overrides the plan'\''s).]:registry:_files' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
