@@ -23,12 +23,17 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token abort approve call lock replay resume run runs schema steer tools validate
+                if contains -- $token abort approvals approve call init lock replay resume run runs schema steer tools validate
+                    set path "$path $token"
+                    continue
+                end
+            case 'toolloop approvals'
+                if contains -- $token list
                     set path "$path $token"
                     continue
                 end
             case 'toolloop runs'
-                if contains -- $token export list show
+                if contains -- $token export list prune show
                     set path "$path $token"
                     continue
                 end
@@ -46,6 +51,10 @@ end
 set -g __toolloop_value_options \
     'toolloop abort --message' \
     'toolloop abort --state-dir' \
+    'toolloop approvals list --format' \
+    'toolloop approvals list --state-dir' \
+    'toolloop approvals list -f' \
+    'toolloop approve --approver' \
     'toolloop approve --args' \
     'toolloop approve --item' \
     'toolloop approve --message' \
@@ -82,6 +91,9 @@ set -g __toolloop_value_options \
     'toolloop runs list --format' \
     'toolloop runs list --state-dir' \
     'toolloop runs list -f' \
+    'toolloop runs prune --keep' \
+    'toolloop runs prune --older-than' \
+    'toolloop runs prune --state-dir' \
     'toolloop runs show --format' \
     'toolloop runs show --state-dir' \
     'toolloop runs show -f' \
@@ -103,8 +115,10 @@ complete -c toolloop -f
 
 # toolloop
 complete -c toolloop -n '__toolloop_using toolloop' -a abort -d 'Stop a run: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
-complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval, once; then run \'toolloop resume RUN_ID\'.'
+complete -c toolloop -n '__toolloop_using toolloop' -a approvals -d 'Calls that wait for a person\'s approval.'
+complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval (or all of a run\'s), once; then run \'toolloop resume RUN_ID\'.'
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
+complete -c toolloop -n '__toolloop_using toolloop' -a init -d 'Write a small working App package, its registry and a sequential and a parallel plan.'
 complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write the registry\'s entry in toolloop.lock beside it: every tool\'s contract hash and each subagent\'s runner_defaults hash (other registries\' entries in the same lock are kept).'
 complete -c toolloop -n '__toolloop_using toolloop' -a replay -d 'Re-run a routed run from its recorded model answers and report what differs (exit 1).'
 complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an interrupted run; print the full receipt set in order, then the summary.'
@@ -124,8 +138,19 @@ complete -c toolloop -n '__toolloop_using toolloop abort' -l message -x -d 'Why;
 complete -c toolloop -n '__toolloop_using toolloop abort' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop abort' -s h -l help -d 'Show this message and exit.'
 
+# toolloop approvals
+complete -c toolloop -n '__toolloop_using toolloop approvals' -a list -d 'Calls waiting for approval: run, keys, tool, effect and exact (redacted) arguments.'
+complete -c toolloop -n '__toolloop_using toolloop approvals' -s h -l help -d 'Show this message and exit.'
+
+# toolloop approvals list
+complete -c toolloop -n '__toolloop_using toolloop approvals list' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop approvals list' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
+complete -c toolloop -n '__toolloop_using toolloop approvals list' -s h -l help -d 'Show this message and exit.'
+
 # toolloop approve
+complete -c toolloop -n '__toolloop_using toolloop approve' -l all-pending -d 'Answer every call of the run that waits now.'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l approve -d 'Approve the call.'
+complete -c toolloop -n '__toolloop_using toolloop approve' -l approver -x -d 'Who answers, recorded with the answer (default: the login name).'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l args -x -d 'Approve these arguments instead (a JSON object; checked against the tool\'s input schema).'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l item -x -d 'The lane\'s item_key (parallel plans).'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l message -x -d 'Why; a rejection\'s message goes into the denied receipt.'
@@ -142,6 +167,10 @@ complete -c toolloop -n '__toolloop_using toolloop call' -l timeout -x -d 'Timeo
 complete -c toolloop -n '__toolloop_using toolloop call' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop call' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop call' -F
+
+# toolloop init
+complete -c toolloop -n '__toolloop_using toolloop init' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop init' -F
 
 # toolloop lock
 complete -c toolloop -n '__toolloop_using toolloop lock' -s h -l help -d 'Show this message and exit.'
@@ -185,7 +214,8 @@ complete -c toolloop -n '__toolloop_using toolloop run' -F
 # toolloop runs
 complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s records and model answers as JSON Lines: a replay fixture as it is.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
-complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a prune -d 'Delete finished runs and the cache entries only they used; report what was freed.'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
 complete -c toolloop -n '__toolloop_using toolloop runs' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs export
@@ -197,6 +227,12 @@ complete -c toolloop -n '__toolloop_using toolloop runs export' -s h -l help -d 
 complete -c toolloop -n '__toolloop_using toolloop runs list' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs list' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop runs list' -s h -l help -d 'Show this message and exit.'
+
+# toolloop runs prune
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -l keep -x -d 'Keep the N most recent finished runs.'
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -l older-than -x -d 'Delete finished runs older than AGE (30d, 12h, 90m).'
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs show
 complete -c toolloop -n '__toolloop_using toolloop runs show' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'

@@ -8,8 +8,10 @@ _toolloop() {
     local -a commands
     commands=(
         'abort:Stop a run\: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
-        'approve:Answer a call that waits for approval, once; then run '\''toolloop resume RUN_ID'\''.'
+        'approvals:Calls that wait for a person'\''s approval.'
+        'approve:Answer a call that waits for approval (or all of a run'\''s), once; then run '\''toolloop resume RUN_ID'\''.'
         'call:Run one ad-hoc call through every gate and print its receipt.'
+        'init:Write a small working App package, its registry and a sequential and a parallel plan.'
         'lock:Write the registry'\''s entry in toolloop.lock beside it\: every tool'\''s contract hash and each subagent'\''s runner_defaults hash (other registries'\'' entries in the same lock are kept).'
         'replay:Re-run a routed run from its recorded model answers and report what differs (exit 1).'
         'resume:Finish an interrupted run; print the full receipt set in order, then the summary.'
@@ -34,8 +36,10 @@ _toolloop() {
         args)
             case $words[1] in
                 abort) _toolloop_abort ;;
+                approvals) _toolloop_approvals ;;
                 approve) _toolloop_approve ;;
                 call) _toolloop_call ;;
+                init) _toolloop_init ;;
                 lock) _toolloop_lock ;;
                 replay) _toolloop_replay ;;
                 resume) _toolloop_resume ;;
@@ -58,9 +62,42 @@ _toolloop_abort() {
         '1:run_id: '
 }
 
+_toolloop_approvals() {
+    local curcontext="$curcontext" state line
+    typeset -A opt_args
+    local -a commands
+    commands=(
+        'list:Calls waiting for approval\: run, keys, tool, effect and exact (redacted) arguments.'
+    )
+    _arguments -C \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1: :->command' \
+        '*:: :->args'
+    case $state in
+        command)
+            _describe -t commands 'toolloop approvals command' commands
+            ;;
+        args)
+            case $words[1] in
+                list) _toolloop_approvals_list ;;
+            esac
+            ;;
+    esac
+}
+
+_toolloop_approvals_list() {
+    _arguments \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1::run_id: '
+}
+
 _toolloop_approve() {
     _arguments \
+        '--all-pending[Answer every call of the run that waits now.]' \
         '--approve[Approve the call.]' \
+        '--approver[Who answers, recorded with the answer (default\: the login name).]:approver: ' \
         '--args[Approve these arguments instead (a JSON object; checked against the tool'\''s input schema).]:args: ' \
         '--item[The lane'\''s item_key (parallel plans).]:item: ' \
         '--message[Why; a rejection'\''s message goes into the denied receipt.]:message: ' \
@@ -68,7 +105,7 @@ _toolloop_approve() {
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:run_id: ' \
-        '2:call_key: '
+        '2::call_key: '
 }
 
 _toolloop_call() {
@@ -83,6 +120,12 @@ _toolloop_call() {
         '1:registry:_files' \
         '2:subagent: ' \
         '3:tool: '
+}
+
+_toolloop_init() {
+    _arguments \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1::folder:_files'
 }
 
 _toolloop_lock() {
@@ -141,7 +184,8 @@ _toolloop_runs() {
     commands=(
         'export:A run'\''s records and model answers as JSON Lines\: a replay fixture as it is.'
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
-        'show:The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+        'prune:Delete finished runs and the cache entries only they used; report what was freed.'
+        'show:The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
     )
     _arguments -C \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
@@ -155,6 +199,7 @@ _toolloop_runs() {
             case $words[1] in
                 export) _toolloop_runs_export ;;
                 list) _toolloop_runs_list ;;
+                prune) _toolloop_runs_prune ;;
                 show) _toolloop_runs_show ;;
             esac
             ;;
@@ -173,6 +218,14 @@ _toolloop_runs_list() {
     _arguments \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]'
+}
+
+_toolloop_runs_prune() {
+    _arguments \
+        '--keep[Keep the N most recent finished runs.]:keep: ' \
+        '--older-than[Delete finished runs older than AGE (30d, 12h, 90m).]:older-than: ' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]'
 }
 

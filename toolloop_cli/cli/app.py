@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from . import lint_cmds, routed_cmds, run_cmds, runs_cmds
+from . import approvals_cmds, init_cmd, lint_cmds, prune_cmd, routed_cmds, run_cmds, runs_cmds
 
 app = typer.Typer(
     name="toolloop",
@@ -37,6 +37,7 @@ def _root(
     """Run registered callables from declarative plans."""
 
 
+app.command()(init_cmd.init)
 app.command()(lint_cmds.validate)
 app.command()(lint_cmds.tools)
 app.command()(lint_cmds.schema)
@@ -44,11 +45,13 @@ app.command()(lint_cmds.lock)
 app.command()(run_cmds.run)
 app.command()(run_cmds.call)
 app.command()(runs_cmds.resume)
-app.command()(runs_cmds.approve)
+app.command()(approvals_cmds.approve)
+app.add_typer(approvals_cmds.approvals_app, name="approvals")
 app.command()(routed_cmds.replay)
 app.command()(routed_cmds.steer)
 app.command()(routed_cmds.abort)
 runs_cmds.runs_app.command("export")(routed_cmds.export)
+runs_cmds.runs_app.command("prune")(prune_cmd.prune)
 app.add_typer(runs_cmds.runs_app, name="runs")
 
 
