@@ -150,7 +150,7 @@ def record_columns(records: list[dict], cell: Any) -> list[Col]:
         if k == "args":  # as JSON (not as counts, which a mapping of numbers would look like)
             import orjson
 
-            values = ["(withheld)" if rec.get("args_withheld") else orjson.dumps(v).decode()
+            values = ["(withheld)" if rec.get("args_withheld") else None if v is None else orjson.dumps(v).decode()
                       for rec, v in zip(records, values)]
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
         shown = [cell(short_time(v) if k in TIME_KEYS else short_path(v) if k in PATH_KEYS else v) for v in values]
