@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from modelserver import ModelServer, Reply  # noqa: E402
+from modelserver import ModelServer  # noqa: E402
 
 REGISTRY = """
 version: 1

@@ -89,7 +89,7 @@ class Checker:
             return  # the registry's own findings say why; run would refuse the plan for them
         try:
             admit_declaration(decl, col, contract, shown=display_path(path), registry_path=reg_path, warnings=[],
-                              max_concurrency=self.flags.max_concurrency)
+                              max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent)
         except ConfigError as exc:
             self._add(exc.problems)
             return
