@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import APP, jsonl, write
-from test_calls_common import admitted, run_plan, tool
+from test_calls_common import admitted, run_plan
 
 
 def rtool(fn: str, **extra) -> dict:
