@@ -6,8 +6,9 @@
 _toolloop_subcommands()
 {
     case "$1" in
-        "toolloop") echo "abort approve call lock replay resume run runs schema steer tools validate" ;;
-        "toolloop runs") echo "export list show" ;;
+        "toolloop") echo "abort approvals approve call init lock replay resume run runs schema steer tools validate" ;;
+        "toolloop approvals") echo "list" ;;
+        "toolloop runs") echo "export list prune show" ;;
     esac
 }
 
@@ -17,20 +18,24 @@ _toolloop_options()
     case "$1" in
         "toolloop") echo "--help --install-completion --show-completion --version -h" ;;
         "toolloop abort") echo "--help --message --state-dir -h" ;;
-        "toolloop approve") echo "--approve --args --help --item --message --reject --state-dir -h" ;;
+        "toolloop approvals") echo "--help -h" ;;
+        "toolloop approvals list") echo "--format --help --state-dir -f -h" ;;
+        "toolloop approve") echo "--all-pending --approve --approver --args --help --item --message --reject --state-dir -h" ;;
         "toolloop call") echo "--approve --args --format --help --no-cache --state-dir --timeout -f -h" ;;
+        "toolloop init") echo "--help -h" ;;
         "toolloop lock") echo "--help -h" ;;
         "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
         "toolloop resume") echo "--format --help --lanes --retry-failed --retry-interrupted --state-dir -f -h" ;;
-        "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
+        "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --progress --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
         "toolloop runs export") echo "--format --help --state-dir -f -h" ;;
         "toolloop runs list") echo "--format --help --state-dir -f -h" ;;
+        "toolloop runs prune") echo "--help --keep --older-than --state-dir -h" ;;
         "toolloop runs show") echo "--format --help --state-dir -f -h" ;;
         "toolloop schema") echo "--help -h" ;;
         "toolloop steer") echo "--help --state-dir -h" ;;
         "toolloop tools") echo "--format --help --subagent -f -h -s" ;;
-        "toolloop validate") echo "--format --help --locked --strict -f -h" ;;
+        "toolloop validate") echo "--app-root --format --help --ignore --locked --max-concurrency --registry --strict --timeout -f -h -j" ;;
     esac
 }
 
@@ -41,6 +46,9 @@ _toolloop_option_value()
     case "$1 $2" in
         "toolloop abort --message") echo "@text" ;;
         "toolloop abort --state-dir") echo "@dir" ;;
+        "toolloop approvals list --state-dir") echo "@dir" ;;
+        "toolloop approvals list -f"|"toolloop approvals list --format") echo "auto table jsonl json" ;;
+        "toolloop approve --approver") echo "@text" ;;
         "toolloop approve --args") echo "@text" ;;
         "toolloop approve --item") echo "@text" ;;
         "toolloop approve --message") echo "@text" ;;
@@ -70,12 +78,20 @@ _toolloop_option_value()
         "toolloop runs export -f"|"toolloop runs export --format") echo "auto table jsonl json" ;;
         "toolloop runs list --state-dir") echo "@dir" ;;
         "toolloop runs list -f"|"toolloop runs list --format") echo "auto table jsonl json" ;;
+        "toolloop runs prune --keep") echo "@text" ;;
+        "toolloop runs prune --older-than") echo "@text" ;;
+        "toolloop runs prune --state-dir") echo "@dir" ;;
         "toolloop runs show --state-dir") echo "@dir" ;;
         "toolloop runs show -f"|"toolloop runs show --format") echo "auto table jsonl json" ;;
         "toolloop steer --state-dir") echo "@dir" ;;
         "toolloop tools -f"|"toolloop tools --format") echo "auto table jsonl json" ;;
         "toolloop tools -s"|"toolloop tools --subagent") echo "@text" ;;
+        "toolloop validate --app-root") echo "@dir" ;;
+        "toolloop validate --ignore") echo "@text" ;;
+        "toolloop validate --registry") echo "@file" ;;
+        "toolloop validate --timeout") echo "@text" ;;
         "toolloop validate -f"|"toolloop validate --format") echo "text json github sarif" ;;
+        "toolloop validate -j"|"toolloop validate --max-concurrency") echo "@text" ;;
         *) echo "@none" ;;
     esac
 }
@@ -85,11 +101,13 @@ _toolloop_argument()
 {
     case "$1 $2" in
         "toolloop abort 0") echo "@text" ;;
+        "toolloop approvals list 0") echo "@text" ;;
         "toolloop approve 0") echo "@text" ;;
         "toolloop approve 1") echo "@text" ;;
         "toolloop call 0") echo "@file" ;;
         "toolloop call 1") echo "@text" ;;
         "toolloop call 2") echo "@text" ;;
+        "toolloop init 0") echo "@file" ;;
         "toolloop lock 0") echo "@file" ;;
         "toolloop replay 0") echo "@text" ;;
         "toolloop resume 0") echo "@text" ;;
@@ -100,7 +118,6 @@ _toolloop_argument()
         "toolloop steer 0") echo "@text" ;;
         "toolloop steer 1") echo "@text" ;;
         "toolloop tools 0") echo "@file" ;;
-        "toolloop validate 0") echo "@file" ;;
         "toolloop validate "*) echo "@file" ;;
         *) echo "@none" ;;
     esac

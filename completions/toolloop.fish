@@ -23,12 +23,17 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token abort approve call lock replay resume run runs schema steer tools validate
+                if contains -- $token abort approvals approve call init lock replay resume run runs schema steer tools validate
+                    set path "$path $token"
+                    continue
+                end
+            case 'toolloop approvals'
+                if contains -- $token list
                     set path "$path $token"
                     continue
                 end
             case 'toolloop runs'
-                if contains -- $token export list show
+                if contains -- $token export list prune show
                     set path "$path $token"
                     continue
                 end
@@ -46,6 +51,10 @@ end
 set -g __toolloop_value_options \
     'toolloop abort --message' \
     'toolloop abort --state-dir' \
+    'toolloop approvals list --format' \
+    'toolloop approvals list --state-dir' \
+    'toolloop approvals list -f' \
+    'toolloop approve --approver' \
     'toolloop approve --args' \
     'toolloop approve --item' \
     'toolloop approve --message' \
@@ -82,6 +91,9 @@ set -g __toolloop_value_options \
     'toolloop runs list --format' \
     'toolloop runs list --state-dir' \
     'toolloop runs list -f' \
+    'toolloop runs prune --keep' \
+    'toolloop runs prune --older-than' \
+    'toolloop runs prune --state-dir' \
     'toolloop runs show --format' \
     'toolloop runs show --state-dir' \
     'toolloop runs show -f' \
@@ -90,16 +102,24 @@ set -g __toolloop_value_options \
     'toolloop tools --subagent' \
     'toolloop tools -f' \
     'toolloop tools -s' \
+    'toolloop validate --app-root' \
     'toolloop validate --format' \
-    'toolloop validate -f'
+    'toolloop validate --ignore' \
+    'toolloop validate --max-concurrency' \
+    'toolloop validate --registry' \
+    'toolloop validate --timeout' \
+    'toolloop validate -f' \
+    'toolloop validate -j'
 
 complete -c toolloop -f
 
 # toolloop
 complete -c toolloop -n '__toolloop_using toolloop' -a abort -d 'Stop a run: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
-complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval, once; then run \'toolloop resume RUN_ID\'.'
+complete -c toolloop -n '__toolloop_using toolloop' -a approvals -d 'Calls that wait for a person\'s approval.'
+complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call that waits for approval (or all of a run\'s), once; then run \'toolloop resume RUN_ID\'.'
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
-complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write toolloop.lock beside the registry: every tool\'s contract hash.'
+complete -c toolloop -n '__toolloop_using toolloop' -a init -d 'Write a small working App package, its registry and a sequential and a parallel plan.'
+complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write the registry\'s entry in toolloop.lock beside it: every tool\'s contract hash and each subagent\'s runner_defaults hash (other registries\' entries in the same lock are kept).'
 complete -c toolloop -n '__toolloop_using toolloop' -a replay -d 'Re-run a routed run from its recorded model answers and report what differs (exit 1).'
 complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an interrupted run; print the full receipt set in order, then the summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a run -d 'Run a plan; print one receipt per call, in input order, then a summary.'
@@ -107,7 +127,7 @@ complete -c toolloop -n '__toolloop_using toolloop' -a runs -d 'List journaled r
 complete -c toolloop -n '__toolloop_using toolloop' -a schema -d 'Print the JSON Schema of a file format or of the output records.'
 complete -c toolloop -n '__toolloop_using toolloop' -a steer -d 'Add a message to a routed run\'s next turn (read from the journal by the running loop).'
 complete -c toolloop -n '__toolloop_using toolloop' -a tools -d 'List the registry\'s tools: id, kind, effect, description.'
-complete -c toolloop -n '__toolloop_using toolloop' -a validate -d 'Lint a registry (and plans against it); exit 1 on any error.'
+complete -c toolloop -n '__toolloop_using toolloop' -a validate -d 'Check registries and plans as run would, without running anything; exit 1 on any error.'
 complete -c toolloop -n '__toolloop_using toolloop' -l install-completion -d 'Install completion for the current shell.'
 complete -c toolloop -n '__toolloop_using toolloop' -l show-completion -d 'Show completion for the current shell, to copy it or customize the installation.'
 complete -c toolloop -n '__toolloop_using toolloop' -l version -d 'Print the version and exit.'
@@ -118,8 +138,19 @@ complete -c toolloop -n '__toolloop_using toolloop abort' -l message -x -d 'Why;
 complete -c toolloop -n '__toolloop_using toolloop abort' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop abort' -s h -l help -d 'Show this message and exit.'
 
+# toolloop approvals
+complete -c toolloop -n '__toolloop_using toolloop approvals' -a list -d 'Calls waiting for approval: run, keys, tool, effect and exact (redacted) arguments.'
+complete -c toolloop -n '__toolloop_using toolloop approvals' -s h -l help -d 'Show this message and exit.'
+
+# toolloop approvals list
+complete -c toolloop -n '__toolloop_using toolloop approvals list' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop approvals list' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
+complete -c toolloop -n '__toolloop_using toolloop approvals list' -s h -l help -d 'Show this message and exit.'
+
 # toolloop approve
+complete -c toolloop -n '__toolloop_using toolloop approve' -l all-pending -d 'Answer every call of the run that waits now.'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l approve -d 'Approve the call.'
+complete -c toolloop -n '__toolloop_using toolloop approve' -l approver -x -d 'Who answers, recorded with the answer (default: the login name).'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l args -x -d 'Approve these arguments instead (a JSON object; checked against the tool\'s input schema).'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l item -x -d 'The lane\'s item_key (parallel plans).'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l message -x -d 'Why; a rejection\'s message goes into the denied receipt.'
@@ -136,6 +167,10 @@ complete -c toolloop -n '__toolloop_using toolloop call' -l timeout -x -d 'Timeo
 complete -c toolloop -n '__toolloop_using toolloop call' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop call' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop call' -F
+
+# toolloop init
+complete -c toolloop -n '__toolloop_using toolloop init' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop init' -F
 
 # toolloop lock
 complete -c toolloop -n '__toolloop_using toolloop lock' -s h -l help -d 'Show this message and exit.'
@@ -165,6 +200,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -l halt -x -d 'now,fail=
 complete -c toolloop -n '__toolloop_using toolloop run' -l lanes -r -F -d 'JSON Lines file of extra lanes, or - for standard input.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l max-output-bytes -x -d 'Largest result accepted from a call.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l no-cache -d 'Do not read the cache.'
+complete -c toolloop -n '__toolloop_using toolloop run' -l progress -l no-progress -d 'Live progress on standard error when it is a terminal.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l refresh-cache -d 'Run cacheable tools and rewrite their entries.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l registry -r -F -d 'Registry file (overrides the plan\'s).'
 complete -c toolloop -n '__toolloop_using toolloop run' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
@@ -178,7 +214,8 @@ complete -c toolloop -n '__toolloop_using toolloop run' -F
 # toolloop runs
 complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s records and model answers as JSON Lines: a replay fixture as it is.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
-complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a prune -d 'Delete finished runs and the cache entries only they used; report what was freed.'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
 complete -c toolloop -n '__toolloop_using toolloop runs' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs export
@@ -190,6 +227,12 @@ complete -c toolloop -n '__toolloop_using toolloop runs export' -s h -l help -d 
 complete -c toolloop -n '__toolloop_using toolloop runs list' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs list' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop runs list' -s h -l help -d 'Show this message and exit.'
+
+# toolloop runs prune
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -l keep -x -d 'Keep the N most recent finished runs.'
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -l older-than -x -d 'Delete finished runs older than AGE (30d, 12h, 90m).'
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop runs prune' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs show
 complete -c toolloop -n '__toolloop_using toolloop runs show' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
@@ -211,9 +254,13 @@ complete -c toolloop -n '__toolloop_using toolloop tools' -s s -l subagent -x -d
 complete -c toolloop -n '__toolloop_using toolloop tools' -F
 
 # toolloop validate
-complete -c toolloop -n '__toolloop_using toolloop validate' -l locked -d 'Fail when the registry differs from toolloop.lock.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l app-root -r -F -d 'Folder put first on sys.path for callables (as run --app-root).'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l ignore -x -d 'Finding codes to leave out, e.g. TL305,TL340.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l locked -d 'Fail when a registry differs from its toolloop.lock.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l registry -r -F -d 'Check every plan against this registry instead of the one it names.'
 complete -c toolloop -n '__toolloop_using toolloop validate' -l strict -d 'Treat warnings as errors.'
+complete -c toolloop -n '__toolloop_using toolloop validate' -l timeout -x -d 'The --timeout the plans will run with (a default for tools that set none).'
 complete -c toolloop -n '__toolloop_using toolloop validate' -s f -l format -x -a 'text json github sarif' -d 'Output format for findings.'
 complete -c toolloop -n '__toolloop_using toolloop validate' -s h -l help -d 'Show this message and exit.'
-complete -c toolloop -n '__toolloop_using toolloop validate' -F
+complete -c toolloop -n '__toolloop_using toolloop validate' -s j -l max-concurrency -x -d 'The --max-concurrency the parallel plans will run with.'
 complete -c toolloop -n '__toolloop_using toolloop validate' -F

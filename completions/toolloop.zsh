@@ -8,9 +8,11 @@ _toolloop() {
     local -a commands
     commands=(
         'abort:Stop a run\: a routed loop ends aborted; a batch stops as --halt now would (resumable).'
-        'approve:Answer a call that waits for approval, once; then run '\''toolloop resume RUN_ID'\''.'
+        'approvals:Calls that wait for a person'\''s approval.'
+        'approve:Answer a call that waits for approval (or all of a run'\''s), once; then run '\''toolloop resume RUN_ID'\''.'
         'call:Run one ad-hoc call through every gate and print its receipt.'
-        'lock:Write toolloop.lock beside the registry\: every tool'\''s contract hash.'
+        'init:Write a small working App package, its registry and a sequential and a parallel plan.'
+        'lock:Write the registry'\''s entry in toolloop.lock beside it\: every tool'\''s contract hash and each subagent'\''s runner_defaults hash (other registries'\'' entries in the same lock are kept).'
         'replay:Re-run a routed run from its recorded model answers and report what differs (exit 1).'
         'resume:Finish an interrupted run; print the full receipt set in order, then the summary.'
         'run:Run a plan; print one receipt per call, in input order, then a summary.'
@@ -18,7 +20,7 @@ _toolloop() {
         'schema:Print the JSON Schema of a file format or of the output records.'
         'steer:Add a message to a routed run'\''s next turn (read from the journal by the running loop).'
         'tools:List the registry'\''s tools\: id, kind, effect, description.'
-        'validate:Lint a registry (and plans against it); exit 1 on any error.'
+        'validate:Check registries and plans as run would, without running anything; exit 1 on any error.'
     )
     _arguments -C \
         '--install-completion[Install completion for the current shell.]' \
@@ -34,8 +36,10 @@ _toolloop() {
         args)
             case $words[1] in
                 abort) _toolloop_abort ;;
+                approvals) _toolloop_approvals ;;
                 approve) _toolloop_approve ;;
                 call) _toolloop_call ;;
+                init) _toolloop_init ;;
                 lock) _toolloop_lock ;;
                 replay) _toolloop_replay ;;
                 resume) _toolloop_resume ;;
@@ -58,9 +62,42 @@ _toolloop_abort() {
         '1:run_id: '
 }
 
+_toolloop_approvals() {
+    local curcontext="$curcontext" state line
+    typeset -A opt_args
+    local -a commands
+    commands=(
+        'list:Calls waiting for approval\: run, keys, tool, effect and exact (redacted) arguments.'
+    )
+    _arguments -C \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1: :->command' \
+        '*:: :->args'
+    case $state in
+        command)
+            _describe -t commands 'toolloop approvals command' commands
+            ;;
+        args)
+            case $words[1] in
+                list) _toolloop_approvals_list ;;
+            esac
+            ;;
+    esac
+}
+
+_toolloop_approvals_list() {
+    _arguments \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1::run_id: '
+}
+
 _toolloop_approve() {
     _arguments \
+        '--all-pending[Answer every call of the run that waits now.]' \
         '--approve[Approve the call.]' \
+        '--approver[Who answers, recorded with the answer (default\: the login name).]:approver: ' \
         '--args[Approve these arguments instead (a JSON object; checked against the tool'\''s input schema).]:args: ' \
         '--item[The lane'\''s item_key (parallel plans).]:item: ' \
         '--message[Why; a rejection'\''s message goes into the denied receipt.]:message: ' \
@@ -68,7 +105,7 @@ _toolloop_approve() {
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:run_id: ' \
-        '2:call_key: '
+        '2::call_key: '
 }
 
 _toolloop_call() {
@@ -83,6 +120,12 @@ _toolloop_call() {
         '1:registry:_files' \
         '2:subagent: ' \
         '3:tool: '
+}
+
+_toolloop_init() {
+    _arguments \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1::folder:_files'
 }
 
 _toolloop_lock() {
@@ -122,6 +165,7 @@ _toolloop_run() {
         '--lanes[JSON Lines file of extra lanes, or - for standard input.]:lanes:_files' \
         '--max-output-bytes[Largest result accepted from a call.]:max-output-bytes: ' \
         '--no-cache[Do not read the cache.]' \
+        '(--progress --no-progress)'{--progress,--no-progress}'[Live progress on standard error when it is a terminal.]' \
         '--refresh-cache[Run cacheable tools and rewrite their entries.]' \
         '--registry[Registry file (overrides the plan'\''s).]:registry:_files' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
@@ -140,7 +184,8 @@ _toolloop_runs() {
     commands=(
         'export:A run'\''s records and model answers as JSON Lines\: a replay fixture as it is.'
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
-        'show:The receipts of a run again, in order, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+        'prune:Delete finished runs and the cache entries only they used; report what was freed.'
+        'show:The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
     )
     _arguments -C \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
@@ -154,6 +199,7 @@ _toolloop_runs() {
             case $words[1] in
                 export) _toolloop_runs_export ;;
                 list) _toolloop_runs_list ;;
+                prune) _toolloop_runs_prune ;;
                 show) _toolloop_runs_show ;;
             esac
             ;;
@@ -172,6 +218,14 @@ _toolloop_runs_list() {
     _arguments \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]'
+}
+
+_toolloop_runs_prune() {
+    _arguments \
+        '--keep[Keep the N most recent finished runs.]:keep: ' \
+        '--older-than[Delete finished runs older than AGE (30d, 12h, 90m).]:older-than: ' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]'
 }
 
@@ -207,12 +261,16 @@ _toolloop_tools() {
 
 _toolloop_validate() {
     _arguments \
-        '--locked[Fail when the registry differs from toolloop.lock.]' \
+        '--app-root[Folder put first on sys.path for callables (as run --app-root).]:app-root:_files -/' \
+        '--ignore[Finding codes to leave out, e.g. TL305,TL340.]:ignore: ' \
+        '--locked[Fail when a registry differs from its toolloop.lock.]' \
+        '--registry[Check every plan against this registry instead of the one it names.]:registry:_files' \
         '--strict[Treat warnings as errors.]' \
+        '--timeout[The --timeout the plans will run with (a default for tools that set none).]:timeout: ' \
         '(-f --format)'{-f,--format}'[Output format for findings.]:format:(text json github sarif)' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
-        '1:registry:_files' \
-        '*:plans:_files'
+        '(-j --max-concurrency)'{-j,--max-concurrency}'[The --max-concurrency the parallel plans will run with.]:max-concurrency: ' \
+        '*:paths:_files'
 }
 
 if [[ $zsh_eval_context[-1] == loadautofunc ]]; then

@@ -56,68 +56,8 @@ METAVARS: dict[str, str] = {
     "--timeout": "SECONDS",
 }
 
-# One line of "how to fix" per finding code (docs/findings.md). Every code in
-# toolloop_cli.contract.problems.CODES needs one; a missing or unknown code stops generation.
-FIX_HINTS: dict[str, str] = {
-    "TL101": "Check the path and the file's permissions; the file must be readable UTF-8 text.",
-    "TL102": "Fix the YAML at the reported line and column (indentation, quoting, a missing colon).",
-    "TL103": "Remove or rename the second occurrence of the key; YAML mappings need unique keys.",
-    "TL104": "Reduce the use of anchors and aliases; the expanded document must stay small.",
-    "TL105": "Write plain YAML: no `!tags`, plain scalar keys, finite numbers, `<<` merging mappings only.",
-    "TL106": "Make the file's top level a mapping (at least `version: 1`); pass the registry where a registry is expected and the plan where a plan is (`toolloop validate REGISTRY PLAN`, `toolloop run PLAN`).",
-    "TL201": "Remove the key or fix its spelling (see the 'did you mean' hint); mappings are closed.",
-    "TL202": "Add the missing key named in the message.",
-    "TL203": "Give the value the type and range the message asks for.",
-    "TL204": "Set `version: 1`, the only version today.",
-    "TL205": "Remove the key, or change the plan's `mode` to one that uses it.",
-    "TL301": "Give each tool of a subagent a unique id.",
-    "TL302": "List only tools registered under the same subagent in `allowed_tools`, or register the tool.",
-    "TL303": "List only registered tools in `dispatch`, or register the tool.",
-    "TL304": "Write the callable as `package.module:attribute` (the attribute may be dotted).",
-    "TL305": "Expose the callable under a public name: no module or attribute segment may start with `_`.",
-    "TL306": "Make the module importable: check `app_root`, the module path and the module's own imports.",
-    "TL307": "Fix the attribute name after the colon, or define it in the module.",
-    "TL308": "Point `callable` at a function or another callable object, not at a plain value.",
-    "TL309": "Give the tool exactly one of `callable` or `mcp`.",
-    "TL310": "Set `timeout_s` on the tool or `runner_defaults.tool_timeout_s` on its subagent.",
-    "TL311": "Use `isolation: thread` for async callables, or make the callable synchronous.",
-    "TL312": "Create the folder, or fix `app_root` (it is relative to the registry file).",
-    "TL313": "Check `mcp.command` starts the server (it must be on PATH, and `toolloop[mcp]` installed) and that every name in `allow` is one of the tools the server lists.",
-    "TL320": "Fix the schema so it meta-validates against JSON Schema 2020-12; `{}` means open.",
-    "TL321": "Replace the remote or file `$ref` with a local one (`#/$defs/...`); nothing is fetched.",
-    "TL322": "Define the referenced `$defs` entry, or fix the JSON Pointer in `$ref`.",
-    "TL330": "Fix the `control_envelope` block as the message says (pointers, statuses, handoff).",
-    "TL340": "Write each `redact` entry as a JSON Pointer starting with `/`, e.g. `/headers/authorization`.",
-    "TL341": "Fix the pointer so it names a property the input or output schema can hold, or drop it.",
-    "TL342": "Add the property's pointer to `redact`, or mark the property `writeOnly: true`.",
-    "TL350": "Fix the CEL expression in `approval.when`; it sees the call's arguments as `args`.",
-    "TL351": "Make the policy consistent: positive attempts and rates, `backoff_s` <= `max_backoff_s`.",
-    "TL352": "Remove `timeout` from `retry.on`, or set `idempotent: true` if the tool can safely run twice (e.g. it passes `current_call().idempotency_key` to its backend).",
-    "TL360": "Point the evidence hook at a public, importable callable.",
-    "TL370": "Review the contract change, then run `toolloop lock REGISTRY` and commit toolloop.lock.",
-    "TL371": "Run `toolloop lock REGISTRY` and commit the toolloop.lock it writes beside the registry.",
-    "TL401": "Use a subagent id defined in the registry.",
-    "TL402": "Use a tool id registered under the subagent (see `toolloop tools REGISTRY`).",
-    "TL403": "Add the tool to the subagent's `runner_defaults.allowed_tools`, or call an allowed tool.",
-    "TL404": "Fix the call's `args` so they validate against the tool's `input_schema`.",
-    "TL405": "Give every lane a unique `item_key`.",
-    "TL406": "Give every call a unique `call_key`.",
-    "TL407": "Plan fewer calls, or raise the subagent's `runner_defaults.max_calls`.",
-    "TL408": "Plan fewer calls of the tool, or raise its `max_calls`.",
-    "TL409": "Set `max_concurrency` to 1 or more in the plan, or pass `--max-concurrency N`.",
-    "TL410": "Fix the routed plan's profile, provider or budget as the message says.",
-    "TL411": "Keep the routed plan's `allowed_tools` within the subagent's `allowed_tools`.",
-    "TL412": "Set the plan's `registry` path (relative to the plan) or pass `--registry FILE`.",
-    "TL413": "Make the lane's payload match what the call's arguments take from it.",
-    "TL414": "Write one JSON object per line in the `--lanes` input, each a lane of the plan.",
-    "TL415": "Reinstall toolloop; its packaged prompt files are missing or empty.",
-    "TL416": "Create the file, or fix its path: paths in a plan are relative to the plan's folder.",
-    "TL417": "Pass a `context` that validates against the plan's `inputs` schema.",
-    "TL418": "Rename the outcome (the loop's own names are reserved), or let `final_schema` hold a string `outcome`.",
-    "TL419": "Key `routes` by a declared outcome or one of the loop's outcomes.",
-    "TL420": "Give each rule exactly its own fields, set `on_violation`, and a `steer_message` for steer.",
-    "TL421": "Use the JSON Lines written by `toolloop runs export RUN_ID` as the fixture.",
-}
+# One line of "how to fix" per finding code (docs/findings.md, and the help of SARIF rules) lives in
+# the package beside the codes: toolloop_cli.contract.problems.FIXES.
 
 SCHEMA_NAMES = ("plan", "receipt", "registry")
 
@@ -822,7 +762,7 @@ def _md_cell(text: str) -> str:
 
 
 def findings_md() -> str:
-    from toolloop_cli.contract.problems import CODES
+    from toolloop_cli.contract.problems import CODES, FIXES as FIX_HINTS
 
     missing = sorted(set(CODES) - set(FIX_HINTS))
     unknown = sorted(set(FIX_HINTS) - set(CODES))

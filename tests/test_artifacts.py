@@ -261,7 +261,9 @@ def test_findings_table_lists_every_code_once_with_a_fix():
 
 
 def test_fix_hints_cover_exactly_the_codes():
-    assert set(gen.FIX_HINTS) == set(CODES)
+    from toolloop_cli.contract.problems import FIXES
+
+    assert set(FIXES) == set(CODES)
 
 
 # --- pre-commit hook -----------------------------------------------------------------------
@@ -274,7 +276,12 @@ def test_pre_commit_hook_definition():
     assert hook["entry"] == "toolloop validate"
     assert hook["pass_filenames"] is False
     files = re.compile(hook["files"])
-    for matching in ("registries/app.yml", "registry.yaml", "toolloop.lock", "plans/nightly.yml"):
+    # the App's Python code too: a renamed callable breaks the registry
+    for matching in ("registries/app.yml", "registry.yaml", "toolloop.lock", "plans/nightly.yml", "src/app/tools.py",
+                     "app/__init__.py", "pyproject.toml", "sub/pyproject.toml"):
         assert files.search(matching), matching
-    for other in ("README.md", "src/app/tools.py"):
+    for other in ("README.md", "docs/index.rst", "app/tools.pyc", "toolloop.lock.bak"):
         assert not files.search(other), other
+    # the example in the comment pins a commit, never a tag that does not exist
+    text = (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
+    assert re.search(r"rev: [0-9a-f]{40}", text) and "v0.1.0" not in text

@@ -485,6 +485,63 @@ def test_missing_module_says_where_it_was_looked_for():
     found(problems, "TL306", message=("no module named 'testapp.nothere'",), hint=("app_root", str(APP)))
 
 
+def test_a_missing_third_party_module_is_one_finding_for_every_tool_that_needs_it(tmp_path):
+    pkg = app_package(tmp_path, {
+        "tools": "import not_installed_anywhere_xyz\n\ndef a(): pass\n\ndef b(): pass\n",
+        "more": "from not_installed_anywhere_xyz.sub import thing\n\ndef c(): pass\n",
+    })
+    text = dedent(f"""
+    version: 1
+    app_root: {tmp_path}
+    subagents:
+      w:
+        runner_defaults: {{tool_timeout_s: 5}}
+        tools:
+          a: {{callable: '{pkg}.tools:a', description: A., input_schema: {{}}, output_schema: {{}}}}
+          b: {{callable: '{pkg}.tools:b', description: B., input_schema: {{}}, output_schema: {{}}}}
+          c: {{callable: '{pkg}.more:c', description: C., input_schema: {{}}, output_schema: {{}}}}
+    """)
+    contract, problems = registry(text)
+    assert contract is None
+    p = found(problems, "TL306", at=pos(text, f"'{pkg}.tools:a'"),
+              message=("module 'not_installed_anywhere_xyz' is not installed",
+                       f"the App's module '{pkg}.tools' imports it", "needed by tools 'a', 'b', 'c'"),
+              hint=("install the package that provides 'not_installed_anywhere_xyz'", "additional_dependencies"))
+    assert p.path == "subagents.w.tools.a.callable"
+
+
+@covers("TL314")
+def test_a_coroutine_taken_for_trio_that_calls_an_asyncio_library_gets_a_hint(tmp_path):
+    name = app_package(tmp_path, {})
+    libs = {f"{name}_aio": "import asyncio\n\nasync def get():\n    await asyncio.sleep(0)\n    return 2\n",
+            f"{name}_any": "import asyncio\nimport sniffio\n\nasync def get():\n    return 3\n"}
+    for lib, body in libs.items():  # libraries in packages of their own (the App's own package is never suspected)
+        (tmp_path / lib).mkdir()
+        (tmp_path / lib / "__init__.py").write_text(body)
+    (tmp_path / name / "uses.py").write_text(
+        f"from {name}_aio import get\nimport {name}_any\n\n"
+        "async def run():\n    return await get()\n\n"
+        f"async def fine():\n    return await {name}_any.get()\n\n"
+        "async def marked():\n    return await get()\n\nmarked.__toolloop_runtime__ = 'trio'\n")
+    text = dedent(f"""
+    version: 1
+    app_root: {tmp_path}
+    subagents:
+      w:
+        runner_defaults: {{tool_timeout_s: 5}}
+        tools:
+          run: {{callable: '{name}.uses:run', description: R., input_schema: {{}}, output_schema: {{}}}}
+          fine: {{callable: '{name}.uses:fine', description: F., input_schema: {{}}, output_schema: {{}}}}
+          marked: {{callable: '{name}.uses:marked', description: M., input_schema: {{}}, output_schema: {{}}}}
+    """)
+    contract, problems = registry(text)
+    assert contract is not None  # a warning: the registry still compiles
+    found(problems, "TL314", level="warning", at=pos(text, f"'{name}.uses:run'"),
+          message=(f"async callable '{name}.uses:run' will run on trio", f"it calls '{name}_aio'", "built on asyncio"),
+          hint=("toolloop_cli.asyncio_tool",))
+    assert contract.subagents["w"].tools["run"].runtime == "trio"
+
+
 @covers("TL307")
 def test_attribute_not_found():
     text = tool_registry().replace("testapp.tools:echo", "testapp.tools:ecko")

@@ -67,7 +67,7 @@ def test_arguments_are_admitted_against_the_server_input_schema(cli, tmp_path):
     assert proc.returncode == 3, proc.stderr.decode()
     lines = proc.stderr.decode().splitlines()
     assert [line.split()[2] for line in lines if " error " in line] == ["TL404", "TL404"]
-    assert proc.stdout == b""
+    assert [(r["type"], r["status"]) for r in jsonl(proc.stdout)] == [("summary", "rejected")]  # nothing ran
 
 
 def test_tools_lists_expanded_names_and_server_descriptions(cli, tmp_path):

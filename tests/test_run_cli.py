@@ -107,7 +107,9 @@ def test_a_rejected_plan_runs_nothing_and_lists_every_problem(cli, tmp_path):
     proc = cli("run", str(p))
     assert proc.returncode == 3
     assert not mark.exists()
-    assert proc.stdout == b""
+    (summary,) = jsonl(proc.stdout)  # the summary still ends standard output
+    assert (summary["type"], summary["status"], summary["run_id"], summary["mode"]) == ("summary", "rejected", None,
+                                                                                       "parallel")
     lines = proc.stderr.decode().splitlines()
     assert [line.split()[2] for line in lines[:-1]] == ["TL402", "TL405", "TL404"]
     assert all(line.startswith("plan.yml:1:") for line in lines[:-1])

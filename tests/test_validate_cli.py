@@ -71,7 +71,7 @@ def test_clean_registry_exits_0(cli, tmp_path):
     put(tmp_path, "reg.yml", CLEAN)
     r = cli("validate", "reg.yml")
     assert r.returncode == 0 and r.stdout == b""
-    assert r.stderr.decode() == "reg.yml: ok\n"
+    assert r.stderr.decode() == "checked 1 registry: no problems\n"
 
 
 def test_warnings_alone_exit_0_and_strict_makes_them_errors(cli, tmp_path):
@@ -120,12 +120,16 @@ def test_file_is_shown_relative_to_the_current_folder(cli, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["validate", "nope.yml"], "toolloop: error: registry not found: nope.yml\n"),
-    (["validate", "reg.yml", "noplan.yml"], "toolloop: error: plan not found: noplan.yml\n"),
-    (["validate", "."], "toolloop: error: registry is a folder, not a file: .\n"),
+    (["validate", "nope.yml"], "toolloop: error: not found: nope.yml\n"),
+    (["validate", "reg.yml", "noplan.yml"], "toolloop: error: not found: noplan.yml\n"),
+    (["validate", "empty"], "toolloop: error: folder empty holds no registry or plan (*.yml or *.yaml files with"
+                            " 'version:' and 'subagents:', or 'mode:' and 'subagent:')\n"),
+    (["validate", "reg.yml", "--ignore", "TL3422"], "toolloop: error: --ignore: unknown finding code 'TL3422'"
+                                                    " (did you mean 'TL342'?)\n"),
 ])
 def test_missing_file_is_a_usage_error_in_one_line(cli, tmp_path, args, message):
     put(tmp_path, "reg.yml", CLEAN)
+    put(tmp_path, "empty/notes.yml", "title: not a registry\n")
     r = cli(*args)
     assert r.returncode == 2
     assert r.stdout == b""
@@ -274,9 +278,9 @@ def test_lock_then_locked_then_drift(cli, tmp_path):
     put(tmp_path, "reg.yml", CLEAN)
     r = cli("lock", "reg.yml")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.decode() == "wrote toolloop.lock (1 tools)\n"
+    assert r.stderr.decode() == "wrote toolloop.lock (reg.yml: 1 tools, 1 subagents)\n"
     lock = json.loads((tmp_path / "toolloop.lock").read_text())
-    assert set(lock["tools"]) == {"w/echo"}
+    assert set(lock["registries"]["reg.yml"]["tools"]) == {"w/echo"}
     assert cli("validate", "reg.yml", "--locked").returncode == 0
     put(tmp_path, "reg.yml", CLEAN.replace("Returns its arguments.", "Returns whatever it got."))
     assert cli("validate", "reg.yml").returncode == 0  # without --locked the change is fine

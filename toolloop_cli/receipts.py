@@ -104,8 +104,10 @@ def summary_status(counts: dict[str, int], *, stopped: bool = False, interrupted
     return "ok" if all(s == "ok" for s, n in counts.items() if n) else "failed"
 
 
-def summary_record(run_id: str, mode: str, status: str, counts: dict[str, int], duration_ms: float,
-                   contract_sha256: str, outcome: str | None = None, final: Any = None) -> dict:
+def summary_record(run_id: str | None, mode: str | None, status: str, counts: dict[str, int], duration_ms: float,
+                   contract_sha256: str | None, outcome: str | None = None, final: Any = None) -> dict:
+    """The last record of a run. ``run_id``, ``mode`` and ``contract_sha256`` are None only for a
+    plan rejected before it became a run (status ``rejected``)."""
     return {
         "type": "summary",
         "run_id": run_id,

@@ -96,17 +96,18 @@ class LoopRecord(_Record):
 
 
 class SummaryRecord(_Record):
-    """Always the last record of a run."""
+    """Always the last record of a run (run_id, mode and contract_sha256 are null only for a plan
+    rejected before anything ran)."""
 
     type: Literal["summary"]
-    run_id: str
-    mode: Literal["sequential", "parallel", "routed"]
+    run_id: Optional[str]
+    mode: Optional[Literal["sequential", "parallel", "routed"]]
     status: Literal[SUMMARY_STATUSES]  # type: ignore[valid-type]
     outcome: Optional[str]
     final: Any
     counts: dict[Status, int]
     duration_ms: float = Field(ge=0)
-    contract_sha256: str
+    contract_sha256: Optional[str]
     rejected_lanes: Optional[int] = Field(default=None, ge=0)  # run --stream
     route: Optional[str] = None  # routed runs
     loop: Optional[LoopRecord] = None  # routed runs

@@ -140,6 +140,11 @@ MIGRATIONS: list[tuple[str, ...]] = [
             PRIMARY KEY (run_id, n)
         )""",
     ),
+    (  # 6: who answered an approval request, and when it was asked and answered
+        "ALTER TABLE approvals ADD COLUMN approver TEXT",
+        "ALTER TABLE approvals ADD COLUMN requested_at REAL",
+        "ALTER TABLE approvals ADD COLUMN answered_at REAL",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -161,6 +166,15 @@ def _loads(text: str | bytes) -> Any:
     return _json.loads(text)
 
 
+def _keep_out_of_git(folder: Path, ours: bool) -> None:
+    """A state folder toolloop created (or the default ``.toolloop``) holds a ``.gitignore`` of
+    ``*``, so the journal never lands in a repository by accident. A folder the user named that
+    already existed is left as it is."""
+    marker = folder / ".gitignore"
+    if ours and not marker.exists():
+        marker.write_text("# toolloop's state (journal and cache): never committed\n*\n", encoding="utf-8")
+
+
 class Store:
     """The journal and cache. Methods are synchronous and thread-safe (one connection behind a
     lock); the engine reaches them through ``JournalWriter`` (receipts) or short calls (cache,
@@ -173,7 +187,9 @@ class Store:
         if not create and not self.path.exists():
             raise UsageError(f"no state database at {self.path} (run a plan first, or pass --state-dir)")
         try:
+            new_folder = not folder.exists()
             folder.mkdir(parents=True, exist_ok=True)
+            _keep_out_of_git(folder, new_folder or folder.name == ".toolloop")
             self.db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
@@ -400,8 +416,8 @@ class Store:
         """A gated call waits for a person: a pending request (an existing answer is kept)."""
         with self._lock:
             self.db.execute(
-                "INSERT OR IGNORE INTO approvals (run_id, item_key, call_key, args_sha256, state) VALUES (?,?,?,?,?)",
-                (run_id, item_key or "", call_key, args_sha256, "pending"))
+                "INSERT OR IGNORE INTO approvals (run_id, item_key, call_key, args_sha256, state, requested_at)"
+                " VALUES (?,?,?,?,?,?)", (run_id, item_key or "", call_key, args_sha256, "pending", time.time()))
 
     def approval(self, run_id: str, item_key: str | None, call_key: str) -> dict | None:
         with self._lock:
@@ -416,15 +432,32 @@ class Store:
         return out
 
     def answer_approval(self, run_id: str, item_key: str | None, call_key: str, state: str,
-                        args_sha256: str | None = None, args: Any = None, message: str | None = None) -> bool:
+                        args_sha256: str | None = None, args: Any = None, message: str | None = None,
+                        approver: str | None = None) -> bool:
         """Answer a pending request once (compare-and-set); False when none is pending."""
         with self._lock:
             cur = self.db.execute(
-                "UPDATE approvals SET state=?, args_sha256=COALESCE(?, args_sha256), args=?, message=?"
-                " WHERE run_id=? AND item_key=? AND call_key=? AND state='pending'",
-                (state, args_sha256, None if args is None else _dumps(args), message, run_id, item_key or "",
-                 call_key))
+                "UPDATE approvals SET state=?, args_sha256=COALESCE(?, args_sha256), args=?, message=?, approver=?,"
+                " answered_at=? WHERE run_id=? AND item_key=? AND call_key=? AND state='pending'",
+                (state, args_sha256, None if args is None else _dumps(args), message, approver, time.time(), run_id,
+                 item_key or "", call_key))
             return cur.rowcount == 1
+
+    def answer_all_pending(self, run_id: str, state: str, message: str | None = None,
+                           approver: str | None = None) -> list[tuple[str | None, str]]:
+        """Answer every request of a run that is pending now, in one transaction; the
+        ``(item_key, call_key)`` of each one answered (those answered meanwhile are left alone)."""
+
+        def work() -> list[tuple[str | None, str]]:
+            keys = self.db.execute(
+                "SELECT item_key, call_key FROM approvals WHERE run_id=? AND state='pending' ORDER BY item_key, call_key",
+                (run_id,)).fetchall()
+            self.db.execute(
+                "UPDATE approvals SET state=?, message=?, approver=?, answered_at=? WHERE run_id=? AND state='pending'",
+                (state, message, approver, time.time(), run_id))
+            return [(item or None, ck) for item, ck in keys]
+
+        return self._transaction(work)
 
     def use_approval(self, run_id: str, item_key: str | None, call_key: str) -> bool:
         """An approval is used once: approved -> used (compare-and-set)."""
@@ -438,14 +471,46 @@ class Store:
         """A used or stale answer no longer holds: the call waits for a person again."""
         with self._lock:
             self.db.execute(
-                "UPDATE approvals SET state='pending', args_sha256=?, args=NULL, message=NULL"
-                " WHERE run_id=? AND item_key=? AND call_key=?", (args_sha256, run_id, item_key or "", call_key))
+                "UPDATE approvals SET state='pending', args_sha256=?, args=NULL, message=NULL, approver=NULL,"
+                " answered_at=NULL, requested_at=? WHERE run_id=? AND item_key=? AND call_key=?",
+                (args_sha256, time.time(), run_id, item_key or "", call_key))
 
     def pending_approvals(self, run_id: str) -> list[dict]:
         with self._lock:
             cur = self.db.execute("SELECT * FROM approvals WHERE run_id=? AND state='pending' ORDER BY item_key, call_key",
                                   (run_id,))
             return [_row(cur, r) for r in cur.fetchall()]
+
+    def pending_requests(self, run_id: str | None = None) -> list[dict]:
+        """Pending approval requests (of one run, or of all), each with its admitted call (seq,
+        lane, tool, journaled arguments, ``None`` when withheld) and its run's files; in run then
+        input order."""
+        sql = (
+            "SELECT a.run_id, NULLIF(a.item_key, '') AS item_key, a.call_key, a.args_sha256, a.requested_at,"
+            " c.seq, c.lane, c.tool, c.args, r.plan_path, r.registry_path, r.options"
+            " FROM approvals a JOIN runs r ON r.run_id = a.run_id"
+            " LEFT JOIN calls c ON c.run_id = a.run_id AND COALESCE(c.item_key, '') = a.item_key"
+            " AND c.call_key = a.call_key"
+            " WHERE a.state = 'pending'" + (" AND a.run_id = ?" if run_id is not None else "") +
+            " ORDER BY r.started_at, a.run_id, c.seq, a.item_key, a.call_key")
+        with self._lock:
+            cur = self.db.execute(sql, (run_id,) if run_id is not None else ())
+            rows = [_row(cur, r) for r in cur.fetchall()]
+        for row in rows:
+            row["args"] = None if row["args"] is None else orjson.loads(row["args"])
+        return rows
+
+    def resolve_run_id(self, run_id: str) -> str:
+        """The run with this id, or with this unique prefix; a usage error otherwise."""
+        with self._lock:
+            if self.db.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is not None:
+                return run_id
+        matches = self.find_runs(run_id)
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise UsageError(f"run id '{run_id}' is ambiguous: {', '.join(matches[:5])}")
+        raise UsageError(f"no run '{run_id}' in {self.path} (see 'toolloop runs list')")
 
     def started_seqs(self, run_id: str) -> set[int]:
         with self._lock:
@@ -536,6 +601,92 @@ class Store:
         with self._lock:
             return dict(self.db.execute(
                 "SELECT status, COUNT(*) FROM receipts WHERE run_id=? GROUP BY status ORDER BY status", (run_id,)))
+
+    # --- pruning ----------------------------------------------------------------------
+    def prunable_runs(self) -> list[dict]:
+        """Runs that may be deleted, newest first: finished (ok, failed, rejected, interrupted,
+        or marked running by a process that is gone); never one that is paused (stopped, it may
+        be resumed) or leased by a live or unknown holder."""
+        out = []
+        for run in self.list_runs():
+            holder = run["lease_owner"]
+            if holder is not None and holder_alive(holder) is not False:
+                continue
+            if run["status"] == "stopped":
+                continue
+            out.append(run)
+        return out
+
+    def delete_runs(self, runs: list[dict]) -> dict[str, int]:
+        """Delete runs with everything journaled for them, and the cache entries only they wrote
+        and no remaining run read (one transaction). Counts of what went."""
+        ids = [r["run_id"] for r in runs]
+        if not ids:
+            return {"runs": 0, "receipts": 0, "cache_entries": 0}
+
+        def work() -> dict[str, int]:
+            self.db.execute("CREATE TEMP TABLE IF NOT EXISTS pruned (run_id TEXT PRIMARY KEY)")
+            self.db.execute("DELETE FROM pruned")
+            self.db.executemany("INSERT INTO pruned VALUES (?)", ((i,) for i in ids))
+            receipts = self.db.execute(
+                "SELECT COUNT(*) FROM receipts WHERE run_id IN (SELECT run_id FROM pruned)").fetchone()[0]
+            cache = self._unused_cache_keys(runs)
+            for table in ("receipts", "records", "controls", "calls", "lanes", "starts", "decisions", "model_answers",
+                          "approvals", "runs"):
+                self.db.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM pruned)")
+            self.db.executemany("DELETE FROM cache WHERE key=?", ((k,) for k in cache))
+            self.db.execute("DROP TABLE pruned")
+            return {"runs": len(ids), "receipts": receipts, "cache_entries": len(cache)}
+
+        return self._transaction(work)
+
+    def _unused_cache_keys(self, runs: list[dict]) -> list[str]:
+        # A cache key hashes a tool's contract with the arguments, so a run does not name the keys
+        # it wrote. An entry counts as a pruned run's when it was written while that run went, by
+        # a tool that missed the cache in it; it stays when a remaining run went at that time or
+        # hit the cache of that tool (it may be the entry that run read).
+        hits_kept = {r[0] for r in self.db.execute(
+            "SELECT DISTINCT json_extract(record, '$.tool') FROM receipts"
+            " WHERE run_id NOT IN (SELECT run_id FROM pruned) AND json_extract(record, '$.cache') = 'hit'")}
+        kept_windows = [(s, f if f is not None else time.time()) for s, f in self.db.execute(
+            "SELECT started_at, finished_at FROM runs WHERE run_id NOT IN (SELECT run_id FROM pruned)")]
+        keys: set[str] = set()
+        for run in runs:
+            tools = [r[0] for r in self.db.execute(
+                "SELECT DISTINCT json_extract(record, '$.tool') FROM receipts WHERE run_id=? AND status='ok'"
+                " AND json_extract(record, '$.cache') = 'miss'", (run["run_id"],))]
+            start, end = run["started_at"], run["finished_at"] if run["finished_at"] is not None else time.time()
+            for tool in tools:
+                if tool in hits_kept:
+                    continue
+                for key, created in self.db.execute(
+                        "SELECT key, created_at FROM cache WHERE tool=? AND created_at BETWEEN ? AND ?",
+                        (tool, start, end)):
+                    if not any(s <= created <= f for s, f in kept_windows):
+                        keys.add(key)
+        return sorted(keys)
+
+    def compact(self) -> bool:
+        """Give the space of deleted rows back to the file system (False when another process
+        holds the database, in which case later runs reuse the space instead)."""
+        with self._lock:
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self.db.execute("VACUUM")
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.OperationalError:
+                return False
+        return True
+
+    def size_bytes(self) -> int:
+        """The database file with its write-ahead log."""
+        total = 0
+        for suffix in ("", "-wal"):
+            try:
+                total += os.path.getsize(str(self.path) + suffix)
+            except OSError:
+                pass
+        return total
 
     # --- cache ------------------------------------------------------------------------
     def get(self, key: str) -> tuple[Any] | None:

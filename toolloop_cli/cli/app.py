@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from . import lint_cmds, routed_cmds, run_cmds, runs_cmds
+from . import approvals_cmds, init_cmd, lint_cmds, prune_cmd, routed_cmds, run_cmds, runs_cmds
 
 app = typer.Typer(
     name="toolloop",
@@ -37,6 +37,7 @@ def _root(
     """Run registered callables from declarative plans."""
 
 
+app.command()(init_cmd.init)
 app.command()(lint_cmds.validate)
 app.command()(lint_cmds.tools)
 app.command()(lint_cmds.schema)
@@ -44,11 +45,13 @@ app.command()(lint_cmds.lock)
 app.command()(run_cmds.run)
 app.command()(run_cmds.call)
 app.command()(runs_cmds.resume)
-app.command()(runs_cmds.approve)
+app.command()(approvals_cmds.approve)
+app.add_typer(approvals_cmds.approvals_app, name="approvals")
 app.command()(routed_cmds.replay)
 app.command()(routed_cmds.steer)
 app.command()(routed_cmds.abort)
 runs_cmds.runs_app.command("export")(routed_cmds.export)
+runs_cmds.runs_app.command("prune")(prune_cmd.prune)
 app.add_typer(runs_cmds.runs_app, name="runs")
 
 
@@ -62,7 +65,10 @@ def main() -> None:
 
     guard_standard_streams()
     try:
-        app()
+        if _wants_sarif(sys.argv[1:]):
+            _validate_with_sarif_errors()
+        else:
+            app()
     except (UsageError, RunError) as exc:
         from .._text import clip
 
@@ -108,3 +114,36 @@ def internal_error(exc: BaseException, message: str = "") -> None:
     except (OSError, ValueError):
         pass  # standard error itself is gone: the exit code still says it
     sys.exit(70)
+
+
+def _wants_sarif(argv: list[str]) -> bool:
+    """``validate ... --format sarif``: a usage error must still leave a SARIF log on stdout."""
+    if not argv or argv[0] != "validate":
+        return False
+    for i, arg in enumerate(argv):
+        if arg in ("--format", "-f") and argv[i + 1:i + 2] == ["sarif"]:
+            return True
+        if arg in ("--format=sarif", "-fsarif"):
+            return True
+    return False
+
+
+def _validate_with_sarif_errors() -> None:
+    import sys
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # a bad flag or a missing argument, found by the parser
+        from ..render.lint import format_sarif
+        from .common import version
+
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        sys.stdout.write(format_sarif([], version(), error=message))
+        if hasattr(exc, "show"):
+            exc.show()
+        else:
+            sys.stderr.write(f"toolloop: error: {message}\n")
+        sys.exit(getattr(exc, "exit_code", 2))
+    except typer.Abort:
+        sys.exit(130)
+    sys.exit(code or 0)

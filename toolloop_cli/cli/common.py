@@ -94,12 +94,16 @@ def record_writer(fmt: str, out: IO[bytes]) -> Any:
     return TableWriter(out_console(io.TextIOWrapper(out, encoding="utf-8", write_through=True)))
 
 
+#: the name toolloop is installed under (``pip install toolloop-cli``); the command is ``toolloop``
+DISTRIBUTION = "toolloop-cli"
+
+
 def version() -> str:
     from importlib.metadata import PackageNotFoundError
     from importlib.metadata import version as _v
 
     try:
-        return _v("toolloop")
+        return _v(DISTRIBUTION)
     except PackageNotFoundError:
         return "0+unknown"
 

@@ -6,13 +6,13 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 
 from .common import DataFormat, LintFormat, fail, require_file, resolve_format, version
 
-LOCK_NAME = "toolloop.lock"
+LOCK_NAME = "toolloop.lock"  # the same as lint.lockfile.LOCK_NAME, without importing it at start-up
 
 
 def _require_file(path: Path, what: str) -> None:
@@ -20,88 +20,93 @@ def _require_file(path: Path, what: str) -> None:
 
 
 def validate(
-    registry: Path = typer.Argument(..., help="Registry YAML file."),
-    plans: Optional[List[Path]] = typer.Argument(None, help="Plan files to admit against the registry."),
+    paths: List[Path] = typer.Argument(..., metavar="PATH", help="Registries, plans, or folders holding them (*.yml, *.yaml)."),
+    registry: Optional[Path] = typer.Option(None, "--registry", help="Check every plan against this registry instead of the one it names."),
+    app_root: Optional[Path] = typer.Option(None, "--app-root", help="Folder put first on sys.path for callables (as run --app-root)."),
     format: LintFormat = typer.Option(LintFormat.text, "--format", "-f", help="Output format for findings."),
-    locked: bool = typer.Option(False, "--locked", help=f"Fail when the registry differs from {LOCK_NAME}."),
+    locked: bool = typer.Option(False, "--locked", help=f"Fail when a registry differs from its {LOCK_NAME}."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", help="Finding codes to leave out, e.g. TL305,TL340."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="The --timeout the plans will run with (a default for tools that set none)."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", help="The --max-concurrency the parallel plans will run with."),
 ) -> None:
-    """Lint a registry (and plans against it); exit 1 on any error."""
-    from ..contract.registry import display_path, load_registry
-    from ..errors import ConfigError
-    from ..plan.admit import admit_plan, load_plan
+    """Check registries and plans as run would, without running anything; exit 1 on any error.
+
+    Each plan is admitted against the registry it names (or --registry), with the flags it will
+    be run with, so a plan that passes is never rejected by run on the same files."""
+    from ..errors import UsageError
     from ..render.lint import render
 
-    _require_file(registry, "registry")
-    for plan in plans or []:
-        _require_file(plan, "plan")
-    contract, problems = load_registry(registry)
-    reg_shown = display_path(registry)
-    for plan in plans or []:
-        if contract is None:
-            _decl, col = load_plan(plan)
-            problems += col.problems
-            continue
-        try:
-            admitted = admit_plan(plan, registry=str(registry))
-            problems += [p for p in admitted.warnings if p.file != reg_shown]
-        except ConfigError as exc:
-            problems += [p for p in exc.problems if p.file != reg_shown]
-    if locked and contract is not None:
-        problems += _lock_drift(registry, contract)
-    problems.sort(key=lambda p: p.sort_key)
+    try:
+        report, dropped, strict = _validate(paths, registry, app_root, locked, strict, ignore, timeout, max_concurrency)
+    except UsageError as exc:
+        usage_error(str(exc), format.value)
+    problems = report.problems
     if strict:
         from dataclasses import replace
 
         problems = [replace(p, level="error") for p in problems]
     sys.stdout.write(render(problems, format.value, version()))
-    if format is LintFormat.text and not problems:
-        sys.stderr.write(f"{reg_shown}: ok\n")
+    if format is LintFormat.text:
+        sys.stderr.write(count_line(report.registries, report.plans, problems, dropped) + "\n")
     if any(p.level == "error" for p in problems):
         raise typer.Exit(1)
 
 
-def _lock_drift(registry: Path, contract: object) -> list:
-    """TL370 for every tool added, removed or changed since the lock was written, at the tool's
-    place in the registry; TL371 when there is no readable lock."""
-    from .._text import clip, quoted
-    from ..contract.problems import Problem, json_path
-    from ..contract.registry import display_path, load_document
+def _validate(paths: List[Path], registry: Optional[Path], app_root: Optional[Path], locked: bool, strict: bool,
+              ignore: Optional[str], timeout: Optional[float], max_concurrency: Optional[int]):  # noqa: ANN202
+    from ..errors import UsageError
+    from ..lint.check import Checker, Flags
+    from ..lint.discover import discover
+    from ..lint.suppress import Suppressor, load_settings, parse_codes
 
-    lock_path = registry.parent / LOCK_NAME
-    shown = display_path(lock_path)
-    try:
-        lock = json.loads(lock_path.read_text(encoding="utf-8"))
-        locked_tools = lock["tools"]
-        if not isinstance(locked_tools, dict):
-            raise TypeError("'tools' is not a mapping")
-    except FileNotFoundError:
-        return [Problem("TL371", f"{shown} does not exist", display_path(registry),
-                        hint=f"run 'toolloop lock {registry}' and commit {LOCK_NAME}")]
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        return [Problem("TL371", f"{shown} is unreadable: {clip(str(exc))}", shown, hint=f"run 'toolloop lock {registry}' again")]
-    current = contract.tool_hashes()  # type: ignore[attr-defined]
-    smap = load_document(registry).smap
-    out = []
-    for name in sorted(set(current) | set(locked_tools)):
-        sid, _, tid = name.partition("/")
-        if name not in locked_tools:
-            msg = f"tool {quoted(name)} is not in {shown} (added since the lock was written)"
-        elif name not in current:
-            msg = f"tool {quoted(name)} is in {shown} but no longer in the registry"
-        elif locked_tools[name] != current[name]:
-            msg = f"tool {quoted(name)} changed since {shown} was written"
-        else:
-            continue
-        line, col = smap.position(("subagents", sid, "tools", tid), at_key=True)
-        out.append(Problem("TL370", msg, smap.file, line, col, json_path(("subagents", sid, "tools", tid)),
-                           hint=f"review the change, then run 'toolloop lock {registry}'"))
-    return out
+    if timeout is not None and timeout <= 0:
+        raise UsageError("--timeout must be above 0")
+    if registry is not None and not registry.is_file():
+        raise UsageError(f"--registry {registry}: {'a folder, not a file' if registry.is_dir() else 'not found'}")
+    if app_root is not None and not app_root.is_dir():
+        raise UsageError(f"--app-root {app_root} is not a folder")
+    settings = load_settings()
+    codes = settings.ignore | (parse_codes(ignore, "--ignore") if ignore is not None else frozenset())
+    found = discover(paths)
+    checker = Checker(Flags(str(registry) if registry else None, str(app_root) if app_root else None, timeout,
+                            max_concurrency, locked))
+    report = checker.check(found.targets)
+    report.problems = sorted(found.problems + report.problems, key=lambda p: p.sort_key)
+    suppressor = Suppressor(codes)
+    report.problems = suppressor.keep(report.problems)
+    return report, suppressor.dropped, strict or settings.strict
+
+
+def count_line(registries: int, plans: int, problems: list, dropped: int) -> str:
+    """``checked 1 registry and 2 plans: 1 error, 2 warnings (3 ignored)``."""
+
+    def n(count: int, word: str) -> str:
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
+    checked = " and ".join(n(c, w) for c, w in ((registries, "registry"), (plans, "plan")) if c) or "nothing"
+    checked = checked.replace("registrys", "registries")
+    errors = sum(p.level == "error" for p in problems)
+    warnings = len(problems) - errors
+    found = ", ".join(n(c, w) for c, w in ((errors, "error"), (warnings, "warning")) if c) or "no problems"
+    return f"checked {checked}: {found}" + (f" ({dropped} ignored)" if dropped else "")
+
+
+def usage_error(message: str, fmt: str) -> NoReturn:
+    """Exit 2 with the message on standard error; with --format sarif, standard output still
+    gets a SARIF log that carries the error (code scanning then shows why nothing was checked)."""
+    if fmt == "sarif":
+        from ..render.lint import format_sarif
+
+        sys.stdout.write(format_sarif([], version(), error=message))
+    fail(message, 2)
 
 
 def lock(registry: Path = typer.Argument(..., help="Registry YAML file.")) -> None:
-    """Write toolloop.lock beside the registry: every tool's contract hash."""
+    """Write the registry's entry in toolloop.lock beside it: every tool's contract hash and each
+    subagent's runner_defaults hash (other registries' entries in the same lock are kept)."""
     from ..contract.registry import display_path, load_registry
+    from ..lint.lockfile import write_lock
     from .common import print_findings
 
     _require_file(registry, "registry")
@@ -109,17 +114,9 @@ def lock(registry: Path = typer.Argument(..., help="Registry YAML file.")) -> No
     if contract is None:
         print_findings(problems)
         raise typer.Exit(3)
-    body = {
-        "version": 1,
-        "registry": registry.name,
-        "contract_sha256": contract.contract_sha256,
-        "tools": dict(sorted(contract.tool_hashes().items())),
-    }
-    target = registry.parent / LOCK_NAME
-    tmp = target.with_suffix(".lock.tmp")
-    tmp.write_text(json.dumps(body, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(target)
-    sys.stderr.write(f"wrote {display_path(target)} ({len(body['tools'])} tools)\n")
+    target, entry = write_lock(registry, contract)
+    sys.stderr.write(f"wrote {display_path(target)} ({registry.name}: {len(entry['tools'])} tools,"
+                     f" {len(entry['subagents'])} subagents)\n")
 
 
 def tools(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any, Optional
@@ -88,12 +89,14 @@ def run(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
     audit: Optional[Path] = typer.Option(None, "--audit", help="Write engine events as JSON Lines to this file."),
     max_output_bytes: int = typer.Option(16 * 1024 * 1024, "--max-output-bytes", help="Largest result accepted from a call."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress on standard error when it is a terminal."),
 ) -> None:
     """Run a plan; print one receipt per call, in input order, then a summary."""
     from ..engine.runstate import HaltPolicy
     from ..errors import ConfigError
     from ..plan.admit import admit_plan
 
+    started = time.perf_counter()
     require_file(plan, "plan")
     if timeout is not None and timeout <= 0:
         fail("--timeout must be above 0", 2)
@@ -107,6 +110,11 @@ def run(
         fail("--stream needs --lanes FILE or --lanes -", 2)
     if stream and dry_run:
         fail("--stream and --dry-run do not go together: a streamed lane is admitted only when it runs", 2)
+    from .run_checks import lanes_refusal, set_progress, write_rejected_summary
+
+    set_progress(progress)
+    if lanes is not None and (refusal := lanes_refusal(plan)):
+        fail(refusal, 2, "remove --lanes, or make the plan 'mode: parallel'")
     lanes_stream: Any = None
     if lanes is not None:
         if lanes == "-":
@@ -137,6 +145,7 @@ def run(
             store.close()
         print_findings(exc.problems)
         sys.stderr.write(f"toolloop: plan rejected ({sum(p.level == 'error' for p in exc.problems)} error(s)); nothing ran\n")
+        write_rejected_summary(format, plan, started)
         raise typer.Exit(3)
     finally:
         if lanes_stream is not None and lanes_stream is not sys.stdin.buffer and not stream:
@@ -172,6 +181,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
              resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None,
              approve: str = "ask", replay: Any = None) -> Any:
     from ..engine.run import RunOptions, execute_plan
+    from .run_checks import progress_wanted
 
     def notice(text: str) -> None:
         # may run inside a signal handler: one unbuffered write, no locks
@@ -194,7 +204,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice,
                          on_warning=lambda text: notice(f"warning: {text}"))
     progress = None
-    if out.fmt == "table" and sys.stderr.isatty():
+    if progress_wanted(out):
         from ..render.live import LiveProgress
 
         progress = LiveProgress(err_console(), admitted.total_calls, admitted.mode)
@@ -255,6 +265,7 @@ def call(
     from .._json import JSONDecodeError, loads
     from ..engine.adhoc import adhoc_plan
 
+    started = time.perf_counter()
     require_file(registry, "registry")
     try:
         parsed = loads(args)
@@ -267,7 +278,10 @@ def call(
     try:
         admitted = adhoc_plan(registry, subagent, tool, parsed, timeout)
     except ConfigError as exc:
+        from .run_checks import write_rejected_summary
+
         print_findings(exc.problems)
+        write_rejected_summary(format, None, started, mode="sequential")
         raise typer.Exit(3)
     _execute(admitted, format, None, timeout, no_cache, False, state_dir, None, 16 * 1024 * 1024,
              approve=approve.value)

@@ -82,67 +82,6 @@ def _shown_status(store, run: dict) -> str:  # noqa: ANN001 - Store, imported la
     return run["status"]
 
 
-def approve(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
-    call_key: str = typer.Argument(..., help="The call_key of the call waiting for approval."),
-    item: Optional[str] = typer.Option(None, "--item", help="The lane's item_key (parallel plans)."),
-    yes: bool = typer.Option(False, "--approve", help="Approve the call."),
-    no: bool = typer.Option(False, "--reject", help="Reject the call: it gets a denied receipt."),
-    args: Optional[str] = typer.Option(None, "--args", help="Approve these arguments instead (a JSON object; checked against the tool's input schema)."),
-    message: Optional[str] = typer.Option(None, "--message", help="Why; a rejection's message goes into the denied receipt."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
-) -> None:
-    """Answer a call that waits for approval, once; then run 'toolloop resume RUN_ID'."""
-    from .._canonical import sha256_of
-    from .._json import JSONDecodeError, loads
-    from ..engine.resume import find_run
-
-    if yes == no:
-        fail("give exactly one of --approve or --reject", 2)
-    if args is not None and no:
-        fail("--args goes with --approve", 2)
-    store = _open_store(state_dir)
-    run = find_run(store, run_id)
-    pending = store.approval(run["run_id"], item, call_key)
-    if pending is None or pending["state"] != "pending":
-        waiting = ", ".join(f"{p['call_key']}" + (f" --item {p['item_key']}" if p["item_key"] else "")
-                            for p in store.pending_approvals(run["run_id"])) or "none"
-        fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {run['run_id']}",
-             1, f"calls waiting: {waiting}")
-    edited = None
-    if args is not None:
-        try:
-            edited = loads(args)
-        except JSONDecodeError as exc:
-            fail(f"--args is not JSON: {exc}", 1, "pass a JSON object")
-        problem = _check_args(store, run, item, call_key, edited)
-        if problem:
-            fail(f"--args fail the tool's input schema: {problem}", 1, "the request stays pending")
-    ok = store.answer_approval(run["run_id"], item, call_key, "approved" if yes else "rejected",
-                               args_sha256=sha256_of(edited) if edited is not None else None, args=edited,
-                               message=message)
-    if not ok:
-        fail("the request was answered meanwhile; nothing changed", 1)
-    sys.stderr.write(f"{'approved' if yes else 'rejected'} {call_key}; continue with: toolloop resume {run['run_id']}\n")
-
-
-def _check_args(store, run: dict, item: Optional[str], call_key: str, args: object) -> str | None:  # noqa: ANN001
-    from ..contract.registry import load_registry
-    from ..engine.gates import input_problem
-
-    if not isinstance(args, dict):
-        return "arguments must be a JSON object"
-    tool_id = next((tool for _seq, _lane, i, ck, tool, _a, _s in store.calls_of(run["run_id"])
-                    if ck == call_key and (i or None) == (item or None)), None)
-    contract, _ = load_registry(run["registry_path"])
-    sub = contract.subagents.get((run["options"] or {}).get("subagent", "")) if contract is not None else None
-    tool = sub.tools.get(tool_id) if sub is not None and tool_id is not None else None
-    if tool is None:
-        return "the run's registry or call can no longer be read"
-    # (resume checks approved arguments again before the call runs, whatever the tool's schema source)
-    return input_problem(tool, args)
-
-
 @runs_app.command("list")
 def list_runs(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
@@ -174,10 +113,11 @@ def show_run(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
 ) -> None:
-    """The receipts of a run again, in order, then its summary (byte for byte what the run printed
-    as JSON Lines, for a finished run)."""
+    """The receipts of a run again, in order, then the calls waiting for approval, then its summary
+    (byte for byte what the run printed as JSON Lines, for a finished run)."""
     from ..engine.history import in_output_order, with_other_records
     from ..engine.resume import find_run
+    from ..pending import request_records
 
     store = _open_store(state_dir)
     try:
@@ -185,11 +125,14 @@ def show_run(
         receipts = with_other_records(in_output_order(store.receipts_of(run["run_id"]), run["total_calls"]),
                                       store.records_of(run["run_id"]))
         status = _shown_status(store, run)
+        waiting = store.pending_requests(run["run_id"])
     finally:
         store.close()
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
     try:
         for rec in receipts:
+            writer.write(rec)
+        for rec in request_records(waiting):  # calls waiting for a person, before the summary
             writer.write(rec)
         if run["summary"]:
             writer.write(run["summary"])

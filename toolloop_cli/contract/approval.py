@@ -16,7 +16,7 @@ class ApprovalGate:
             import celpy
         except ImportError as exc:  # pragma: no cover - depends on the extra being installed
             raise ApprovalUnavailable(
-                "approval expressions need the CEL extra: pip install 'toolloop[approval]'"
+                "approval expressions need the CEL extra: pip install 'toolloop-cli[approval]'"
             ) from exc
         self._celpy = celpy
         env = celpy.Environment()

@@ -19,6 +19,9 @@ class Resolved:
     code: str | None = None  # finding code when resolution failed
     message: str = ""
     hint: str = ""
+    #: a third-party module the App's module imports and that is not installed (one finding
+    #: for every tool that needs it, rather than one per tool)
+    missing: str | None = None
 
 
 def ensure_on_path(root: str) -> None:
@@ -104,6 +107,13 @@ def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Reso
             f"check the spelling, or set app_root to the folder that holds {quoted(missing.split('.')[0])} "
             f"(now {excerpt(app_root)})",
         )
+    if missing is not None and missing.split(".")[0] != module_name.split(".")[0]:
+        top = missing.split(".")[0]
+        return Resolved(
+            None, "TL306", f"module '{top}' is not installed, and the App's module '{module_name}' imports it",
+            f"install the package that provides '{top}' where toolloop runs (the same environment, or the"
+            " pre-commit hook's additional_dependencies)", missing=top,
+        )
     where = ""
     tb = exc.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -120,3 +130,71 @@ def _import_failure(module_name: str, app_root: str, exc: BaseException) -> Reso
 def is_async(fn: Callable[..., Any]) -> bool:
     target = getattr(fn, "__call__", None) if not inspect.isroutine(fn) and not inspect.isclass(fn) else fn
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(target)
+
+
+# Packages that run on trio as well as asyncio: code using them is not taken for asyncio-only.
+_EITHER_LOOP = frozenset({"trio", "anyio", "sniffio"})
+
+
+def detect_runtime(fn: Callable[..., Any]) -> tuple[str, tuple[str, ...]]:
+    """The event loop an async callable needs, ``trio`` or ``asyncio``, and, when it is taken
+    for trio, the packages it calls that are built on asyncio alone (a likely mistake: those
+    need the ``asyncio_tool`` marker).
+
+    An explicit marker wins (``__toolloop_runtime__``, set by ``asyncio_tool``); otherwise a
+    coroutine whose code names the asyncio module (or anything imported from it) and not trio
+    runs on asyncio.
+    """
+    marked = getattr(fn, "__toolloop_runtime__", None)
+    if marked in ("trio", "asyncio"):
+        return marked, ()
+    import dis
+    import functools
+    import types
+
+    target: Any = inspect.unwrap(fn)
+    while isinstance(target, functools.partial):
+        target = inspect.unwrap(target.func)
+    if inspect.ismethod(target):
+        target = target.__func__
+    elif not inspect.isfunction(target):
+        target = getattr(type(target), "__call__", None)
+    code = getattr(target, "__code__", None)
+    env = getattr(target, "__globals__", {})
+    libs: set[str] = set()
+    used: set[str] = set()  # packages of the objects the code names (resolved names only)
+    todo = [code] if code is not None else []
+    while todo:
+        c = todo.pop()
+        todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        for name in c.co_names:
+            obj = env.get(name)
+            owner = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+            libs.add((owner if isinstance(owner, str) else name).split(".")[0])
+        for ins in dis.get_instructions(c):
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
+                obj = env.get(ins.argval)
+                owner = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+                if obj is not None and isinstance(owner, str):
+                    used.add(owner.split(".")[0])
+    if "asyncio" in libs and "trio" not in libs:
+        return "asyncio", ()
+    own = (getattr(target, "__module__", None) or "").split(".")[0]
+    return "trio", tuple(sorted(p for p in used - {own, "asyncio", "builtins"} if _asyncio_only(p)))
+
+
+def _asyncio_only(package: str) -> bool:
+    """Whether an imported package is built on asyncio and never mentions trio, anyio or sniffio."""
+    if package in _EITHER_LOOP or package in sys.stdlib_module_names:
+        return False
+    uses_asyncio = False
+    for name, module in list(sys.modules.items()):
+        if module is None or (name != package and not name.startswith(package + ".")):
+            continue
+        for value in list(vars(module).values()):
+            if inspect.ismodule(value):
+                top = value.__name__.split(".")[0]
+                if top in _EITHER_LOOP:
+                    return False
+                uses_asyncio = uses_asyncio or top == "asyncio"
+    return uses_asyncio

@@ -17,6 +17,15 @@ from .problems import Problem
 from .schemas import check_refs, compile_validator, meta_errors
 
 
+def client_missing() -> str | None:
+    """Why the MCP client (the ``mcp`` extra) cannot be imported, or None when it can."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
 def server_key(decl: Any) -> tuple:
     """One server per distinct command line and environment."""
     return (tuple(decl.command), tuple(sorted(decl.env.items())))
@@ -62,7 +71,7 @@ def resolve_server_tools(sub: SubagentSpec) -> list[Problem]:
         import mcp  # noqa: F401
     except ImportError:
         return [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not installed",
-                         "pip install 'toolloop[mcp]'") for t in pending]
+                         "pip install 'toolloop-cli[mcp]'") for t in pending]
     by_server: dict[tuple, list[ToolSpec]] = {}
     for t in pending:
         by_server.setdefault(server_key(t.mcp), []).append(t)

@@ -13,7 +13,7 @@ from .._canonical import sha256_of
 from .._text import clip, excerpt, listing, quoted
 from . import schemas
 from .approval import compile_approval
-from .callables import is_async, resolve
+from .callables import detect_runtime, is_async, resolve
 from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec
 from .envelope import compile_envelope
 from .models import RegistryDecl, ToolDecl
@@ -262,6 +262,7 @@ def _compile(
             col.add("TL360", f"evidence hook: {r.message}", ("evidence",), r.hint)
         evidence = r.fn
     subagents: dict[str, SubagentSpec] = {}
+    missing: dict[str, list] = {}  # third-party module not installed -> the tools that need it
     for sid, sdecl in decl.subagents.items():
         rd = sdecl.runner_defaults
         check_timeout = sid not in partial.unknown_defaults
@@ -269,7 +270,7 @@ def _compile(
         names: set[str] = set()
         for tid, tdecl in sdecl.tools.items():
             spec = _compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout,
-                                 misspelled=partial.misspelled.get((sid, tid), set()))
+                                 misspelled=partial.misspelled.get((sid, tid), set()), missing=missing)
             expanded = _mcp_tools(tid, tdecl, spec)
             names |= set(expanded) if expanded else {tid}
             tools.update({k: v for k, v in expanded.items() if v is not None})
@@ -285,6 +286,12 @@ def _compile(
                                   name, known, ("subagents", sid, "tools", tid, "dispatch", i))
         allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sorted(names))
         subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s)
+    for module, needed_by in missing.items():
+        _tid, where, first = needed_by[0]
+        tools = [f"'{tid}'" for tid, _w, _r in needed_by]
+        shown = ", ".join(tools[:3]) + (f" and {len(tools) - 3} more" if len(tools) > 3 else "")
+        col.add("TL306", f"{first.message} (needed by {'tool' if len(tools) == 1 else 'tools'} {shown})", where,
+                first.hint)
     if col.has_errors or root is None:
         return None
     return Contract(
@@ -324,9 +331,11 @@ def _compile_tool(
     col: Collector,
     check_timeout: bool = True,
     misspelled: set[str] | frozenset[str] = frozenset(),
+    missing: dict[str, list] | None = None,
 ) -> ToolSpec | None:
     at = ("subagents", sid, "tools", tid)
     errors_before = sum(p.level == "error" for p in col.problems)
+    failed = False
     if (t.callable is None) == (t.mcp is None):
         found = "both" if t.callable is not None else "neither"
         col.add("TL309", f"tool {quoted(tid)} needs exactly one of 'callable' or 'mcp', found {found}", at,
@@ -339,46 +348,32 @@ def _compile_tool(
                         f"add '{key}:' ({'{}'} means open)" if key != "description" else "add 'description:'", at_key=True)
         if root is not None:
             r = resolve(t.callable, root)
-            if r.fn is None:
+            if r.fn is None and r.missing is not None and missing is not None:
+                missing.setdefault(r.missing, []).append((tid, at + ("callable",), r))  # one finding, in _compile
+                failed = True
+            elif r.fn is None:
                 col.add(r.code or "TL306", r.message, at + ("callable",), r.hint)
             fn = r.fn
+    if t.mcp is not None:
+        from .mcp import client_missing
+
+        why = client_missing()
+        if why is not None:
+            col.add("TL313", f"tool '{tid}' comes from an MCP server, and the MCP client cannot be imported ({why})",
+                    at + ("mcp",), "pip install 'toolloop-cli[mcp]'", at_key=True)
     if check_timeout and t.timeout_s is None and subagent_timeout is None and default_timeout_s is None:
         col.add("TL310", f"tool {quoted(tid)} has no timeout", at,
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous = fn is not None and is_async(fn)
-    # Which event loop an async callable needs. An explicit marker wins
-    # (``__toolloop_runtime__``, set by ``asyncio_tool``); otherwise a coroutine whose code names
-    # the asyncio module (or anything imported from it) and not trio runs on asyncio.
-    runtime = "trio"
+    runtime = "trio"  # which event loop an async callable needs (contract/callables.py)
     if asynchronous:
-        marked = getattr(fn, "__toolloop_runtime__", None)
-        if marked in ("trio", "asyncio"):
-            runtime = marked
-        else:
-            import functools
-            import inspect
-            import types
-
-            target: Any = inspect.unwrap(fn)
-            while isinstance(target, functools.partial):
-                target = inspect.unwrap(target.func)
-            if inspect.ismethod(target):
-                target = target.__func__
-            elif not inspect.isfunction(target):
-                target = getattr(type(target), "__call__", None)
-            code = getattr(target, "__code__", None)
-            env = getattr(target, "__globals__", {})
-            libs: set[str] = set()
-            todo = [code] if code is not None else []
-            while todo:
-                c = todo.pop()
-                todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-                for name in c.co_names:
-                    obj = env.get(name)
-                    owner = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
-                    libs.add((owner if isinstance(owner, str) else name).split(".")[0])
-            if "asyncio" in libs and "trio" not in libs:
-                runtime = "asyncio"
+        runtime, suspects = detect_runtime(fn)
+        if suspects:
+            names = ", ".join(f"'{s}'" for s in suspects)
+            col.add("TL314", f"async callable '{t.callable}' will run on trio, but it calls {names}, which"
+                    f" {'is' if len(suspects) == 1 else 'are'} built on asyncio", at + ("callable",),
+                    "decorate it with toolloop_cli.asyncio_tool to run it on asyncio (or set"
+                    " fn.__toolloop_runtime__ = 'trio' if it does run on trio)", level="warning")
     if t.isolation == "process" and asynchronous:
         col.add("TL311", f"isolation: process applies to sync callables only, and {quoted(t.callable)} is async",
                 at + ("isolation",), "remove 'isolation' or make the callable sync")
@@ -407,7 +402,8 @@ def _compile_tool(
     if t.control_envelope is not None:
         envelope, eprobs = compile_envelope(t.control_envelope, t.output_schema)
         for sub, message in eprobs:
-            col.add("TL330", message, at + ("control_envelope",) + sub, "fix the envelope mapping (SPEC 5.7)")
+            col.add("TL330", message, at + ("control_envelope",) + sub,
+                    "fix the envelope mapping (see the control envelope section of docs/calls.md)")
     redact = list(t.redact)
     write_only = [p for key in ("input_schema", "output_schema") for p in schemas.write_only_pointers(getattr(t, key))]
     for i, ptr in enumerate(t.redact):
@@ -448,7 +444,7 @@ def _compile_tool(
         gate, err = compile_approval(t.approval.when)
         if err:
             col.add("TL350", err, at + ("approval", "when"), "write a CEL expression over 'args', e.g. args.amount > 200")
-    if sum(p.level == "error" for p in col.problems) > errors_before:
+    if failed or sum(p.level == "error" for p in col.problems) > errors_before:
         return None
     retry = NO_RETRY
     if t.retry is not None:

@@ -59,17 +59,38 @@ def artifact_uri(file: str) -> str:
     return quote(posix)
 
 
-def sarif_document(problems: list[Problem], version: str) -> dict:
-    """A SARIF 2.1.0 log with one run; rules are the finding codes that occur."""
+#: what each family of codes is about, for the full description of a SARIF rule
+_FAMILIES = {
+    "TL1": "Found while reading the file, before its structure is checked; nothing else in the file is"
+           " checked until it loads.",
+    "TL2": "A structure problem: registries and plans are closed mappings with required keys and typed"
+           " values.",
+    "TL3": "A registry rule: the registry is refused by validate, run and call until it is fixed"
+           " (warnings excepted).",
+    "TL4": "A plan admission problem: run refuses the whole plan (exit 3) and nothing runs.",
+}
+
+
+def sarif_rule(code: str) -> dict:
+    """A SARIF reporting descriptor: short and full description, and help on how to fix."""
+    from ..contract.problems import FIXES
+
+    short = CODES.get(code, code)
+    fix = FIXES.get(code, "")
+    return {
+        "id": code,
+        "name": "".join(w.capitalize() for w in short.replace("$", "").split()[:6]),
+        "shortDescription": {"text": short},
+        "fullDescription": {"text": f"{short[:1].upper()}{short[1:]}. {_FAMILIES.get(code[:3], '')}".strip()},
+        "help": {"text": fix.replace("`", ""), "markdown": fix},
+    }
+
+
+def sarif_document(problems: list[Problem], version: str, error: str | None = None) -> dict:
+    """A SARIF 2.1.0 log with one run; rules are the finding codes that occur. ``error`` (a usage
+    error: nothing was checked) is carried as a failed invocation."""
     used = sorted({p.code for p in problems})
-    rules = [
-        {
-            "id": code,
-            "name": "".join(w.capitalize() for w in CODES.get(code, code).replace("$", "").split()[:6]),
-            "shortDescription": {"text": CODES.get(code, code)},
-        }
-        for code in used
-    ]
+    rules = [sarif_rule(code) for code in used]
     index = {code: i for i, code in enumerate(used)}
     results = []
     for p in problems:
@@ -92,20 +113,25 @@ def sarif_document(problems: list[Problem], version: str) -> dict:
                 ],
             }
         )
+    invocation: dict = {"executionSuccessful": error is None}
+    if error is not None:
+        invocation["exitCode"] = 2
+        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": error}}]
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [
             {
                 "tool": {"driver": {"name": "toolloop", "version": version, "rules": rules}},
+                "invocations": [invocation],
                 "results": results,
             }
         ],
     }
 
 
-def format_sarif(problems: list[Problem], version: str) -> str:
-    return json.dumps(sarif_document(problems, version), indent=2) + "\n"
+def format_sarif(problems: list[Problem], version: str, error: str | None = None) -> str:
+    return json.dumps(sarif_document(problems, version, error), indent=2) + "\n"
 
 
 FORMATS = ("text", "json", "github", "sarif")

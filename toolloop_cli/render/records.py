@@ -110,39 +110,31 @@ class TableWriter:
         pass  # the table is printed whole at the end
 
     def close(self) -> None:
-        from rich.table import Table
-        from rich.text import Text
+        from .tables import BIG_RUN, receipt_columns, record_columns, render
 
-        styles = {"ok": "green", "skipped": "dim", "cancelled": "yellow", "interrupted": "yellow"}
-        if self.rows:
-            table = Table(title="receipts", show_lines=False)
-            for col in RECEIPT_COLUMNS:
-                table.add_column(col, justify="right" if col in ("seq", "attempts", "duration_ms") else "left",
-                                 overflow="fold")
-            for rec in self.rows:
-                row: list[Any] = [Text(cell) for cell in receipt_row(rec)]
-                row[4].stylize(styles.get(rec["status"], "red"))
-                table.add_row(*row)
-            self.console.print(table)
+        rows = self.rows
+        if len(rows) > BIG_RUN:
+            # a big run: the counts per status, then only the receipts that are not ok
+            counts: dict[str, int] = {}
+            for rec in rows:
+                counts[rec["status"]] = counts.get(rec["status"], 0) + 1
+            not_ok = [rec for rec in rows if rec["status"] != "ok"]
+            self.console.print(f"{len(rows)} receipts: " + ", ".join(f"{k} {v}" for k, v in counts.items())
+                               + (f"; the {len(not_ok)} not ok:" if not_ok else "")
+                               + " (every receipt: --format jsonl)", highlight=False, markup=False)
+            rows = not_ok
+        if rows:
+            render(self.console, receipt_columns([receipt_row(rec) for rec in rows], [rec["status"] for rec in rows]),
+                   title="receipts" if rows is self.rows else None)
         if self.other:
-            keys: list[str] = []
-            for rec in self.other:
-                keys.extend(k for k in rec if k not in keys and k != "type")
-            # a column with nothing in it (e.g. mcp_name when no tool comes from MCP) is left out
-            keys = [k for k in keys if any(rec.get(k) not in (None, "", {}, []) for rec in self.other)]
-            table = Table()
-            for k in keys:
-                numeric = all(isinstance(rec.get(k), (int, float)) and not isinstance(rec.get(k), bool)
-                              for rec in self.other if rec.get(k) is not None)
-                table.add_column(Text(escape(k)), overflow="fold", justify="right" if numeric else "left")
-            for rec in self.other:
-                table.add_row(*[Text(_plain(rec.get(k))) for k in keys])
-            self.console.print(table)
+            render(self.console, record_columns(self.other, _plain))
         if self.summary is not None:
             s = self.summary
-            counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no calls"
+            counts_text = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no calls"
             style = "green" if s["status"] == "ok" else "red"
+            from rich.text import Text
+
             self.console.print(Text.assemble(
                 (escape(str(s["status"])), f"bold {style}"),
-                escape(f" run {s['run_id']} ({s['mode']}): {counts} in {s['duration_ms'] / 1000:.2f}s"),
+                escape(f" run {s['run_id']} ({s['mode']}): {counts_text} in {s['duration_ms'] / 1000:.2f}s"),
             ))

@@ -1,0 +1,158 @@
+"""approve and approvals list: answering calls that wait for a person.
+
+``approve`` is the command people run over and over while a batch waits, so it starts fast: it
+reads and writes the journal only, and loads the registry (importing the App) only when
+``--args`` must be checked against the tool's input schema.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .common import DataFormat, fail, record_writer, resolve_format
+
+approvals_app = typer.Typer(help="Calls that wait for a person's approval.", no_args_is_help=True)
+
+STATE_DIR_HELP = "Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."
+
+
+def login_name() -> str:
+    """Who answers when --approver is not given: the login name."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError, ImportError):
+        return "unknown"
+
+
+def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported lazily
+    from ..store import Store, state_dir as pick
+
+    return Store(pick(str(state_dir) if state_dir else None), create=False)
+
+
+def _key(item: Optional[str], call_key: str) -> str:
+    return call_key + (f" --item {item}" if item else "")
+
+
+def approve(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    call_key: Optional[str] = typer.Argument(None, help="The call_key of the call waiting for approval."),
+    item: Optional[str] = typer.Option(None, "--item", help="The lane's item_key (parallel plans)."),
+    all_pending: bool = typer.Option(False, "--all-pending", help="Answer every call of the run that waits now."),
+    yes: bool = typer.Option(False, "--approve", help="Approve the call."),
+    no: bool = typer.Option(False, "--reject", help="Reject the call: it gets a denied receipt."),
+    args: Optional[str] = typer.Option(None, "--args", help="Approve these arguments instead (a JSON object; checked against the tool's input schema)."),
+    message: Optional[str] = typer.Option(None, "--message", help="Why; a rejection's message goes into the denied receipt."),
+    approver: Optional[str] = typer.Option(None, "--approver", help="Who answers, recorded with the answer (default: the login name)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+) -> None:
+    """Answer a call that waits for approval (or all of a run's), once; then run 'toolloop resume RUN_ID'."""
+    if yes == no:
+        fail("give exactly one of --approve or --reject", 2)
+    if all_pending and (call_key is not None or item is not None or args is not None):
+        fail("--all-pending answers every waiting call of the run: give no CALL_KEY, --item or --args with it", 2)
+    if not all_pending and call_key is None:
+        fail("name the call (CALL_KEY, with --item in a parallel run), or give --all-pending", 2,
+             "see the calls waiting with: toolloop approvals list RUN_ID")
+    if args is not None and no:
+        fail("--args goes with --approve", 2)
+    who = approver if approver is not None else login_name()
+    state = "approved" if yes else "rejected"
+    store = _open_store(state_dir)
+    try:
+        rid = store.resolve_run_id(run_id)
+        if all_pending:
+            answered = store.answer_all_pending(rid, state, message=message, approver=who)
+            if not answered:
+                fail(f"no call waits for approval in run {rid}", 1)
+            shown = ", ".join(_key(i, c) for i, c in answered[:5]) + (f" and {len(answered) - 5} more"
+                                                                       if len(answered) > 5 else "")
+            sys.stderr.write(f"{state} {len(answered)} call{'s' if len(answered) != 1 else ''} ({shown});"
+                             f" continue with: toolloop resume {rid}\n")
+            return
+        assert call_key is not None
+        pending = store.approval(rid, item, call_key)
+        if pending is None or pending["state"] != "pending":
+            waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
+            fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
+                 1, f"calls waiting: {waiting}")
+        edited = None
+        if args is not None:
+            edited = _checked_args(store, rid, item, call_key, args)
+        from .._canonical import sha256_of
+
+        ok = store.answer_approval(rid, item, call_key, state,
+                                   args_sha256=sha256_of(edited) if edited is not None else None, args=edited,
+                                   message=message, approver=who)
+    finally:
+        store.close()
+    if not ok:
+        fail("the request was answered meanwhile; nothing changed", 1)
+    sys.stderr.write(f"{state} {call_key}; continue with: toolloop resume {rid}\n")
+
+
+def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: str) -> dict:  # noqa: ANN001
+    """``--args`` parsed and checked against the tool's input schema (the only case that loads
+    the registry); exit 1 and the request stays pending when they do not fit."""
+    from .._json import JSONDecodeError, loads
+
+    try:
+        edited = loads(text)  # integers of any size stay exact
+    except JSONDecodeError as exc:
+        fail(f"--args is not JSON: {exc}", 1, "pass a JSON object")
+    if not isinstance(edited, dict):
+        fail("--args fail the tool's input schema: arguments must be a JSON object", 1, "the request stays pending")
+    from ..contract.registry import load_registry
+    from ..engine.gates import input_problem
+
+    run = store.get_run(run_id)
+    tool_id = next((tool for _seq, _lane, i, ck, tool, _a, _s in store.calls_of(run_id)
+                    if ck == call_key and (i or None) == (item or None)), None)
+    if tool_id is None and run["mode"] == "routed":  # a routed call's key is its turn: the decision names the tool
+        tool_id = next((rec.get("tool") for _before, rec in store.records_of(run_id)
+                        if rec.get("type") == "decision" and str(rec.get("iteration")) == call_key), None)
+    options = run["options"] or {}
+    contract, _ = load_registry(run["registry_path"], default_timeout_s=options.get("default_timeout_s"),
+                                app_root=options.get("app_root"))
+    sub = contract.subagents.get(options.get("subagent", "")) if contract is not None else None
+    tool = sub.tools.get(tool_id) if sub is not None and tool_id is not None else None
+    if tool is None:
+        fail("--args cannot be checked: the run's registry or call can no longer be read", 1,
+             "the request stays pending")
+    # (resume checks approved arguments again before the call runs, whatever the tool's schema source)
+    problem = input_problem(tool, edited)
+    if problem:
+        fail(f"--args fail the tool's input schema: {problem}", 1, "the request stays pending")
+    return edited
+
+
+@approvals_app.command("list")
+def list_approvals(
+    run_id: Optional[str] = typer.Argument(None, help="Only this run's requests (a unique prefix is enough)."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+) -> None:
+    """Calls waiting for approval: run, keys, tool, effect and exact (redacted) arguments."""
+    from ..pending import request_records
+
+    store = _open_store(state_dir)
+    try:
+        rows = store.pending_requests(store.resolve_run_id(run_id) if run_id is not None else None)
+    finally:
+        store.close()
+    writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
+    try:
+        for rec in request_records(rows):
+            writer.write(rec)
+        writer.close()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        raise typer.Exit(141)
