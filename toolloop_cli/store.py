@@ -497,7 +497,7 @@ class Store:
             cur = self.db.execute(sql, (run_id,) if run_id is not None else ())
             rows = [_row(cur, r) for r in cur.fetchall()]
         for row in rows:
-            row["args"] = None if row["args"] is None else orjson.loads(row["args"])
+            row["args"] = None if row["args"] is None else _loads(row["args"])
         return rows
 
     def resolve_run_id(self, run_id: str) -> str:
