@@ -32,8 +32,8 @@ class ToolSpec:
 
     subagent: str
     id: str
-    kind: str  # callable | mcp
-    ref: str  # module:attr, or the MCP tool name
+    kind: str  # callable | mcp | plan
+    ref: str  # module:attr, the MCP tool name, or a child plan's absolute path
     fn: Callable[..., Any] | None
     is_async: bool
     description: str
@@ -63,6 +63,13 @@ class ToolSpec:
     from_server: frozenset[str] = frozenset()
     source: tuple[str, int, int] = ("", 1, 1)  # where the tool is declared: file, line, column
 
+    @property
+    def at_most_once(self) -> bool:
+        """A write that must not run twice: its start is committed before it runs, a timeout is
+        never retried, and resume reports it ``interrupted`` rather than running it again. A plan
+        tool is not one: its child run is journaled on its own and resumed where it stopped."""
+        return self.effect in ("write", "destructive") and not self.idempotent and self.kind != "plan"
+
 
 @dataclass(frozen=True, slots=True)
 class SubagentSpec:
@@ -71,6 +78,7 @@ class SubagentSpec:
     allowed_tools: tuple[str, ...]
     max_calls: int | None
     tool_timeout_s: float | None
+    max_depth: int = 2  # how deep child plans may nest below a top plan of this subagent
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,7 @@ class EnvelopeDecl(Closed):
 class ToolDecl(Closed):
     callable: Optional[StrictStr] = None
     mcp: Optional[McpDecl] = None
+    plan: Optional[StrictStr] = None  # a routed plan run as a child run; relative to the registry file
     description: Optional[StrictStr] = None
     input_schema: Optional[Schema] = None
     output_schema: Optional[Schema] = None
@@ -82,6 +83,7 @@ class RunnerDefaults(Closed):
     allowed_tools: Optional[list[StrictStr]] = None
     max_calls: Optional[Annotated[int, Field(ge=0)]] = None
     tool_timeout_s: Optional[PosFloat] = None
+    max_depth: Optional[Annotated[int, Field(ge=0)]] = None  # how deep child plans may nest; default 2
 
 
 class SubagentDecl(Closed):

@@ -34,12 +34,13 @@ CODES: dict[str, str] = {
     "TL306": "callable module cannot be imported",
     "TL307": "callable attribute not found",
     "TL308": "callable target is not callable",
-    "TL309": "a tool needs exactly one of callable or mcp",
+    "TL309": "a tool needs exactly one of callable, mcp or plan",
     "TL310": "no timeout for a tool",
     "TL311": "isolation: process on an async callable",
     "TL312": "app_root folder does not exist",
     "TL313": "MCP client not installed, or MCP server cannot be started or does not offer an allowed tool",
     "TL314": "async callable taken for trio calls a library built on asyncio",
+    "TL315": "a plan tool's file is not a readable plan",
     "TL320": "schema is not a valid JSON Schema",
     "TL321": "$ref points outside the document",
     "TL322": "$ref does not resolve inside the document",
@@ -75,6 +76,7 @@ CODES: dict[str, str] = {
     "TL419": "routed plan: route key is neither a declared nor an engine outcome",
     "TL420": "routed plan: supervisor rule or on_violation problem",
     "TL421": "replay fixture line is not a model answer",
+    "TL422": "child plan rejected, not routed, carries its own context, or nests past max_depth",
 }
 
 
@@ -100,11 +102,12 @@ FIXES: dict[str, str] = {
     "TL306": "Make the module importable: check `app_root`, the module path and the module's own imports.",
     "TL307": "Fix the attribute name after the colon, or define it in the module.",
     "TL308": "Point `callable` at a function or another callable object, not at a plain value.",
-    "TL309": "Give the tool exactly one of `callable` or `mcp`.",
+    "TL309": "Give the tool exactly one of `callable`, `mcp` or `plan`.",
     "TL310": "Set `timeout_s` on the tool or `runner_defaults.tool_timeout_s` on its subagent.",
     "TL311": "Use `isolation: thread` for async callables, or make the callable synchronous.",
     "TL312": "Create the folder, or fix `app_root` (it is relative to the registry file).",
     "TL313": "Install the MCP client (`pip install 'toolloop-cli[mcp]'`), check that `mcp.command` starts the server (it must be on PATH) and that every name in `allow` is one of the tools the server lists.",
+    "TL315": "Point `plan` at a routed plan file, relative to the registry file.",
     "TL314": "Decorate the coroutine with `toolloop_cli.asyncio_tool` so it runs on asyncio; if the library does run on trio, set `fn.__toolloop_runtime__ = \"trio\"` to say so.",
     "TL320": "Fix the schema so it meta-validates against JSON Schema 2020-12; `{}` means open.",
     "TL321": "Replace the remote or file `$ref` with a local one (`#/$defs/...`); nothing is fetched.",
@@ -140,6 +143,7 @@ FIXES: dict[str, str] = {
     "TL419": "Key `routes` by a declared outcome or one of the loop's outcomes.",
     "TL420": "Give each rule exactly its own fields, set `on_violation`, and a `steer_message` for steer.",
     "TL421": "Use the JSON Lines written by `toolloop runs export RUN_ID` as the fixture.",
+    "TL422": "Fix the child plan (its own findings follow), make it `mode: routed` without `context:` (its parent supplies it), or raise the top plan's subagent `runner_defaults.max_depth`.",
 }
 
 

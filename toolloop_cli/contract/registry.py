@@ -269,8 +269,11 @@ def _compile(
         tools: dict[str, ToolSpec] = {}
         names: set[str] = set()
         for tid, tdecl in sdecl.tools.items():
-            spec = _compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout,
-                                 misspelled=partial.misspelled.get((sid, tid), set()), missing=missing)
+            if tdecl.plan is not None and tdecl.callable is None and tdecl.mcp is None:
+                spec = _compile_plan_tool(sid, tid, tdecl, path, rd.tool_timeout_s, default_timeout_s, col)
+            else:
+                spec = _compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout,
+                                     misspelled=partial.misspelled.get((sid, tid), set()), missing=missing)
             expanded = _mcp_tools(tid, tdecl, spec)
             names |= set(expanded) if expanded else {tid}
             tools.update({k: v for k, v in expanded.items() if v is not None})
@@ -285,7 +288,8 @@ def _compile(
                     _unknown_tool(col, "TL303", f"tool {quoted(tid)} dispatches to {quoted(name)}, which is not a tool of subagent {quoted(sid)}",
                                   name, known, ("subagents", sid, "tools", tid, "dispatch", i))
         allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sorted(names))
-        subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s)
+        subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s,
+                                      rd.max_depth if rd.max_depth is not None else 2)
     for module, needed_by in missing.items():
         _tid, where, first = needed_by[0]
         tools = [f"'{tid}'" for tid, _w, _r in needed_by]
@@ -336,10 +340,11 @@ def _compile_tool(
     at = ("subagents", sid, "tools", tid)
     errors_before = sum(p.level == "error" for p in col.problems)
     failed = False
-    if (t.callable is None) == (t.mcp is None):
-        found = "both" if t.callable is not None else "neither"
-        col.add("TL309", f"tool {quoted(tid)} needs exactly one of 'callable' or 'mcp', found {found}", at,
-                "keep one of the two" if found == "both" else "add 'callable: package.module:function'", at_key=True)
+    kinds = [k for k in ("callable", "mcp", "plan") if getattr(t, k) is not None]
+    if len(kinds) != 1:
+        found = " and ".join(kinds) if kinds else "none of them"
+        col.add("TL309", f"tool {quoted(tid)} needs exactly one of 'callable', 'mcp' or 'plan', found {found}", at,
+                "keep one of them" if kinds else "add 'callable: package.module:function'", at_key=True)
     fn = None
     if t.callable is not None:
         for key in ("description", "input_schema", "output_schema"):
@@ -485,6 +490,59 @@ def _compile_tool(
             name for name, value in (("description", t.description), ("input", t.input_schema),
                                      ("output", t.output_schema))
             if value is None) if t.mcp is not None else frozenset(),
+        source=(col.smap.file, *col.smap.position(at, at_key=True)),
+    )
+
+
+def _compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, subagent_timeout: float | None,
+                       default_timeout_s: float | None, col: Collector) -> ToolSpec | None:
+    """A tool ``plan: FILE``: a routed plan run as a child run. Its input schema is the child plan's
+    ``inputs`` (default: an object), its output schema the child's ``final_schema``; the child plan
+    itself is admitted with the plan that calls it, which also sets the tool's effect (the
+    strongest among the child's tools) unless the registry declares one."""
+    at = ("subagents", sid, "tools", tid)
+    child = (registry_path.parent / t.plan).resolve()  # type: ignore[operator]
+    doc = load_document(child) if child.is_file() else None
+    data = doc.data if doc is not None and isinstance(doc.data, dict) else None
+    if data is None:
+        col.add("TL315", f"plan tool {quoted(tid)}: {quoted(str(t.plan))} is not a readable plan file", at + ("plan",),
+                "fix the path (relative to the registry file) to a routed plan")
+        return None
+    inputs = data.get("inputs") if data.get("inputs") is not None else {"type": "object"}
+    final = data.get("final_schema") if data.get("final_schema") is not None else {}
+    validators = {}
+    for key, schema in (("input", inputs), ("output", final)):
+        try:
+            validators[key] = schemas.compile_validator(schema, mask=bool(t.redact))
+        except Exception:  # noqa: BLE001 - the child plan's own admission reports its schema
+            validators[key] = None
+    gate = None
+    if t.approval == "required":
+        from .approval import RequiredGate
+
+        gate = RequiredGate()
+    elif t.approval is not None:
+        gate, err = compile_approval(t.approval.when)
+        if err:
+            col.add("TL350", err, at + ("approval", "when"), "write a CEL expression over 'args', e.g. args.amount > 200")
+            return None
+    timeout = t.timeout_s if t.timeout_s is not None else (subagent_timeout if subagent_timeout is not None else default_timeout_s)
+    goal = data.get("goal")
+    return ToolSpec(
+        subagent=sid, id=tid, kind="plan", ref=str(child), fn=None, is_async=False,
+        description=t.description or (goal if isinstance(goal, str) else ""),
+        input_schema=inputs, output_schema=final, input_validator=validators["input"],
+        output_validator=validators["output"], cacheable=t.cacheable, timeout_s=timeout,
+        retry=NO_RETRY if t.retry is None else RetryPolicy(t.retry.max_attempts, t.retry.backoff_s,
+                                                            t.retry.max_backoff_s, frozenset(t.retry.on)),
+        isolation="thread", max_in_flight=t.concurrency.max_in_flight if t.concurrency else None,
+        per_second=t.concurrency.per_second if t.concurrency else None, max_calls=t.max_calls,
+        # "" until admission reads the child plan, unless the registry says
+        effect=t.effect if "effect" in t.model_fields_set else "", idempotent=t.idempotent,
+        redact=tuple(t.redact), approval=gate,
+        approval_text=("required" if t.approval == "required" else t.approval.when) if t.approval else None,
+        dispatch=(), envelope=None,
+        contract_sha256=sha256_of([t.model_dump(mode="json"), sha256_of(data)]),
         source=(col.smap.file, *col.smap.position(at, at_key=True)),
     )
 

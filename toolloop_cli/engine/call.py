@@ -121,7 +121,7 @@ class _Attempts:
         tool = self.tool
         policy = tool.retry
         # a write that timed out may still be running, or may have applied: never tried again
-        at_most_once = tool.effect in ("write", "destructive") and not tool.idempotent
+        at_most_once = tool.at_most_once
         while True:
             self.count += 1
             outcome = await self._limited()

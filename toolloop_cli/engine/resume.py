@@ -210,7 +210,7 @@ class _Settler:
         for c in lane.calls:
             rec = self.receipts.get(c.seq)
             status = rec["status"] if rec else None
-            at_most_once = c.tool.effect in ("write", "destructive") and not c.tool.idempotent
+            at_most_once = c.tool.at_most_once
             in_flight_write = at_most_once and status in ("cancelled", None) and c.seq in self.started
             if stop is not None:
                 self._after_stop(c, rec, status, in_flight_write, stop)
@@ -274,10 +274,22 @@ def prepare_resume(
         return _prepare_routed(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
                                owner=owner)
     j = _load_contract(run)
+    child_plans: dict = {}
+    if any(t.kind == "plan" for t in j.sub.tools.values()):  # the child plans its plan tools run
+        import dataclasses
+
+        from ..plan.children import admit_children
+
+        contract, sub, child_plans, problems = admit_children(j.contract, j.sub, usable=set(j.sub.allowed_tools),
+                                                              depth=0, max_depth=j.sub.max_depth)
+        if problems:
+            raise ConfigError(problems)
+        j = dataclasses.replace(j, contract=contract, sub=sub)
     lanes_out, unrecoverable = _journaled_lanes(store, j, _Rebuilder(j, lanes, lanes_name))
     plan = AdmittedPlan(
         path=j.plan_path, decl=j.decl, contract=j.contract, subagent=j.sub, mode=run["mode"], lanes=lanes_out,
         max_concurrency=j.opts.get("max_concurrency") or 1, plan_sha256=run["plan_sha256"], registry_path=j.reg_path,
+        child_plans=child_plans,
     )
     receipts = {r["seq"]: r for r in store.receipts_of(j.run_id)}
     ctx = RunContext(j.run_id, j.contract, parallel_batch_id=run["parallel_batch_id"])

@@ -460,7 +460,7 @@ class RoutedRunner:
     def _in_flight_write(self, seq: int, tool: Any) -> bool:
         rec = self.recording
         return (rec is not None and not rec.replay and not rec.retry_interrupted and seq in rec.started
-                and tool.effect in ("write", "destructive") and not tool.idempotent)
+                and tool.at_most_once)
 
     def _shown_args(self, decision: Decision | Malformed) -> Any:
         if not isinstance(decision, Decision) or decision.args is None:

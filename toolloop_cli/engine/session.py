@@ -205,7 +205,7 @@ class RunSession:
     def _before_start(self, info: tuple) -> None:
         # the start of an at-most-once write is committed before its callable runs
         seq, tool, _sha = info
-        if tool.effect in ("write", "destructive") and not tool.idempotent:
+        if tool.at_most_once:
             self.store.mark_started(self.run_id, seq)
 
     def run(self, runner: Runner) -> RunResult:

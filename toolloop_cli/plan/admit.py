@@ -63,6 +63,8 @@ class AdmittedPlan:
     stream: LaneStream | None = None
     #: a routed plan's goal, profiles, budgets, prompts and supervisor, read and checked
     routed: RoutedSpec | None = None
+    #: the child plans its ``plan:`` tools run (and theirs), by absolute path
+    child_plans: dict = field(default_factory=dict)
 
     def all_lanes(self) -> Iterable[AdmittedLane]:
         yield from self.lanes
@@ -237,9 +239,12 @@ def admit_plan(
     default_timeout_s: float | None = None,
     spool: Any = None,
     stream: bool = False,
+    depth: int = 0,
+    max_depth: int | None = None,
 ) -> AdmittedPlan:
     """Load a plan and its registry and admit the whole plan; raises ``ConfigError`` listing
-    every problem (plan and registry alike) when anything is wrong."""
+    every problem (plan and registry alike) when anything is wrong. ``depth`` is 0 for a top
+    plan and grows for the child plans it runs (``max_depth`` is the top plan's cap)."""
     decl, col = load_plan(path)
     if decl is None:
         raise ConfigError(col.problems)
@@ -261,6 +266,7 @@ def admit_plan(
         decl, col, contract, shown=display_path(path), registry_path=reg_path,
         warnings=[p for p in reg_problems if p.level == "warning"], max_concurrency=max_concurrency,
         lanes=lanes, lanes_name=lanes_name, spool=spool, stream=stream, plan_dir=FsPath(path).parent,
+        depth=depth, max_depth=max_depth,
     )
 
 
@@ -278,6 +284,8 @@ def admit_declaration(
     spool: Any = None,
     stream: bool = False,
     plan_dir: str | os.PathLike | None = None,
+    depth: int = 0,
+    max_depth: int | None = None,
 ) -> AdmittedPlan:
     """Admit an already loaded plan declaration against a compiled contract; problems are
     placed through ``col`` (the plan file's, or the command line's for ``toolloop call``)."""
@@ -292,6 +300,15 @@ def admit_declaration(
     server_problems = resolve_server_tools(sub)  # MCP tools: descriptions and schemas from their servers
     if any(p.level == "error" for p in server_problems):
         raise ConfigError(col.problems + server_problems)
+    child_plans: dict = {}
+    if any(t.kind == "plan" for t in sub.tools.values()):
+        from .children import admit_children
+
+        usable = set(decl.allowed_tools or sub.allowed_tools) if decl.mode == "routed" else set(sub.allowed_tools)
+        contract, sub, child_plans, child_problems = admit_children(
+            contract, sub, usable=usable, depth=depth, max_depth=max_depth if max_depth is not None else sub.max_depth)
+        if child_problems:
+            raise ConfigError(col.problems + child_problems)
     adm = _Admitter(contract, sub, col)
     routed = None
     if decl.mode == "sequential":
@@ -315,7 +332,7 @@ def admit_declaration(
     else:
         from .routed import admit_routed
 
-        routed, other_files = admit_routed(decl, contract, sub, col, plan_dir)
+        routed, other_files = admit_routed(decl, contract, sub, col, plan_dir, child=depth > 0)
         adm.extra.extend(other_files)
     adm.limits(("calls",) if decl.mode == "sequential" else ("lanes",) if decl.lanes is not None else ())
     mc = max_concurrency if max_concurrency is not None else decl.max_concurrency
@@ -342,6 +359,7 @@ def admit_declaration(
         spool=spool if spool is not None and spool.lanes else None,
         stream=LaneStream(adm, lanes, lanes_name) if stream and lanes is not None else None,
         routed=routed,
+        child_plans=child_plans,
     )
 
 

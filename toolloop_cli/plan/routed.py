@@ -380,7 +380,7 @@ def _can_hold_outcome(schema: Any, outcomes: list[str]) -> bool:
 
 
 def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Collector,
-                 plan_dir: str | os.PathLike | None = None) -> tuple[RoutedSpec | None, list[Problem]]:
+                 plan_dir: str | os.PathLike | None = None, child: bool = False) -> tuple[RoutedSpec | None, list[Problem]]:
     """Check a routed plan; returns its spec (``None`` when anything is wrong) and problems
     found in other files (fixture lines), which ``col`` cannot place."""
     ck = _Checker(decl, contract, sub, col, os.fspath(plan_dir) if plan_dir is not None else ".")
@@ -398,7 +398,8 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
         profiles[key] = ck.profile(prof, (key,))
     final_validator = ck.schema(decl.final_schema, "final_schema")
     inputs_validator = ck.schema(decl.inputs, "inputs")
-    context = ck.context(inputs_validator)
+    # a child plan's context comes from its parent's call, checked against inputs by the call's gate
+    context = ck.context(inputs_validator) if not child else {}
     for i, name in enumerate(decl.allowed_tools or []):
         if name not in sub.tools:
             near = did_you_mean(name, sub.tools)
