@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
 
 from conftest import APP, jsonl, write
 from modelserver import Reply

@@ -109,7 +109,7 @@ typed:
     no_traceback(proc)
     assert proc.returncode == 0, proc.stdout
     assert cli("lock", "reg.yml").returncode == 0
-    assert len(json.loads((tmp_path / "toolloop.lock").read_text())["tools"]) == 2
+    assert len(json.loads((tmp_path / "toolloop.lock").read_text())["registries"]["reg.yml"]["tools"]) == 2
     assert cli("validate", "reg.yml", "--locked").returncode == 0
     proc = cli("run", "plan.yml", "--dry-run", "--format", "jsonl")
     no_traceback(proc)
@@ -289,7 +289,7 @@ def test_an_unexpected_exception_is_one_line_naming_an_internal_error_exit_70(tm
     err = proc.stderr.decode()
     assert proc.returncode == 70
     assert err.count("\n") == 1 and "Traceback" not in err and "hunter2" not in err
-    assert err.startswith("toolloop: internal error: KeyError at toolloop_cli/cli/lint_cmds.py:")
+    assert err.startswith("toolloop: internal error: KeyError at toolloop_cli/")
     assert "TOOLLOOP_DEBUG=1" in err and "a bug in toolloop" in err
     proc = subprocess.run([sys.executable, "with_a_bug.py", "validate", "reg.yml"], cwd=tmp_path,
                           env={**env, "TOOLLOOP_DEBUG": "1"}, capture_output=True, timeout=120)

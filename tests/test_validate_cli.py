@@ -124,7 +124,7 @@ def test_file_is_shown_relative_to_the_current_folder(cli, tmp_path):
     (["validate", "reg.yml", "noplan.yml"], "toolloop: error: not found: noplan.yml\n"),
     (["validate", "empty"], "toolloop: error: folder empty holds no registry or plan (*.yml or *.yaml files with"
                             " 'version:' and 'subagents:', or 'mode:' and 'subagent:')\n"),
-    (["validate", "reg.yml", "--ignore", "TL3422"], "toolloop: error: --ignore: unknown finding code 'TL3422'"
+    (["validate", "reg.yml", "--ignore", "TL9342"], "toolloop: error: --ignore: unknown finding code 'TL9342'"
                                                     " (did you mean 'TL342'?)\n"),
 ])
 def test_missing_file_is_a_usage_error_in_one_line(cli, tmp_path, args, message):

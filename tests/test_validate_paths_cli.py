@@ -236,7 +236,7 @@ def test_ignore_flag_inline_comment_and_pyproject(cli, tmp_path):
     ("[tool.toolloop]\nignored = []\n", "pyproject.toml [tool.toolloop]: unknown key 'ignored' (known: ignore, strict)"),
     ("[tool.toolloop]\nignore = \"TL342\"\n", "pyproject.toml [tool.toolloop]: 'ignore' must be a list of finding codes,"
                                               " e.g. ignore = [\"TL342\"]"),
-    ("[tool.toolloop]\nignore = [\"TL3422\"]\n", "pyproject.toml [tool.toolloop]: unknown finding code 'TL3422'"
+    ("[tool.toolloop]\nignore = [\"TL9342\"]\n", "pyproject.toml [tool.toolloop]: unknown finding code 'TL9342'"
                                                  " (did you mean 'TL342'?)"),
     ("[tool.toolloop\n", "pyproject.toml is not valid TOML: Expected ']' at the end of a table declaration"
                          " (at line 1, column 15)"),

@@ -302,7 +302,7 @@ def _compile(
         file=str(path),
         app_root=root,
         subagents=subagents,
-        contract_sha256=sha256_of(decl.model_dump(mode="json")),
+        contract_sha256=sha256_of(decl.model_dump(mode="json", exclude_unset=True)),
         evidence=evidence,
         decl=decl,
     )
@@ -483,7 +483,7 @@ def _compile_tool(
         approval_text=("required" if t.approval == "required" else t.approval.when) if t.approval else None,
         dispatch=tuple(t.dispatch),
         envelope=envelope,
-        contract_sha256=sha256_of(t.model_dump(mode="json")),
+        contract_sha256=sha256_of(t.model_dump(mode="json", exclude_unset=True)),
         mcp=t.mcp,
         runtime=runtime,
         from_server=frozenset(
@@ -542,7 +542,7 @@ def _compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, s
         redact=tuple(t.redact), approval=gate,
         approval_text=("required" if t.approval == "required" else t.approval.when) if t.approval else None,
         dispatch=(), envelope=None,
-        contract_sha256=sha256_of([t.model_dump(mode="json"), sha256_of(data)]),
+        contract_sha256=sha256_of([t.model_dump(mode="json", exclude_unset=True), sha256_of(data)]),
         source=(col.smap.file, *col.smap.position(at, at_key=True)),
     )
 

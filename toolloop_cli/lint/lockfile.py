@@ -27,14 +27,14 @@ def lock_entry(contract: Any) -> dict:
     return {
         "contract_sha256": contract.contract_sha256,
         "settings": sha256_of(_settings(decl)),
-        "subagents": {sid: sha256_of(sub.runner_defaults.model_dump(mode="json"))
+        "subagents": {sid: sha256_of(sub.runner_defaults.model_dump(mode="json", exclude_unset=True))
                       for sid, sub in sorted(decl.subagents.items())},
         "tools": dict(sorted(contract.tool_hashes().items())),
     }
 
 
 def _settings(decl: Any) -> dict:
-    return {k: v for k, v in decl.model_dump(mode="json").items() if k != "subagents"}
+    return {k: v for k, v in decl.model_dump(mode="json", exclude_unset=True).items() if k != "subagents"}
 
 
 def read_lock(path: Path) -> dict[str, dict]:

@@ -353,7 +353,7 @@ def admit_declaration(
         mode=decl.mode,
         lanes=adm.lanes,
         max_concurrency=mc or 1,
-        plan_sha256=sha256_of(decl.model_dump(mode="json")),
+        plan_sha256=sha256_of(decl.model_dump(mode="json", exclude_unset=True)),
         registry_path=registry_path,
         warnings=warnings,
         spool=spool if spool is not None and spool.lanes else None,
