@@ -41,3 +41,45 @@ def test_the_key_is_the_same_on_every_attempt(tmp_path):
     assert [s["attempt"] for s in identity_tools.SEEN] == [1, 2]
     assert len({s["idempotency_key"] for s in identity_tools.SEEN}) == 1
     assert idempotency_key("run-a", 3) != idempotency_key("run-a", 4) != idempotency_key("run-b", 4)
+
+
+def test_a_write_killed_after_it_applied_is_not_applied_twice_by_retry_interrupted(tmp_path, cli):
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import APP, write
+
+    ledger, fifo = tmp_path / "ledger.jsonl", tmp_path / "applied.fifo"
+    os.mkfifo(fifo)
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{tool_timeout_s: 120}}
+            tools:
+              pay:
+                callable: testapp.identity_tools:pay_then_wait
+                description: Applies a payment keyed by the idempotency key.
+                effect: write
+                input_schema: {{type: object}}
+                output_schema: {{}}
+    """)
+    plan = write(tmp_path / "plan.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "t",
+                                                    "mode": "sequential", "calls": [{"tool": "pay", "args": {
+                                                        "ref": "INV-1", "ledger": str(ledger), "fifo": str(fifo)}}]}))
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "run", str(plan), "--format", "jsonl"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(fifo) as f:  # opens once the tool has applied the payment
+        assert f.read() == "applied\n"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    run_id = json.loads(cli("runs", "list", "--format", "jsonl").stdout.decode().splitlines()[0])["run_id"]
+    interrupted = json.loads(cli("resume", run_id, "--format", "jsonl").stdout.decode().splitlines()[0])
+    assert interrupted["status"] == "interrupted"
+    again = json.loads(cli("resume", run_id, "--retry-interrupted", "--format", "jsonl").stdout.decode().splitlines()[0])
+    assert again["status"] == "ok" and again["result"] == {"ref": "INV-1", "replayed": True}
+    assert len(ledger.read_text().splitlines()) == 1  # applied exactly once

@@ -218,6 +218,18 @@ class _Admitter:
                              at, "reduce the calls to this tool or raise its max_calls", at_key=True)
 
 
+def _usable_tools(decl: PlanDecl, sub: SubagentSpec, more_lanes: bool) -> set[str]:
+    """The tools a plan may call: a routed plan's allowlist, the tools its calls and lanes name, or
+    every allowed tool when lanes come from --lanes."""
+    if decl.mode == "routed":
+        return set(decl.allowed_tools or sub.allowed_tools)
+    if more_lanes:
+        return set(sub.allowed_tools)
+    if decl.mode == "sequential":
+        return {c.tool for c in decl.calls or []}
+    return {c.tool for lane in decl.lanes or [] for c in lane.calls}
+
+
 def project_payload(tool: ToolSpec, payload: dict) -> dict:
     """The lane payload as this tool's arguments: a closed object schema takes its declared
     top-level properties only; any other schema takes the whole payload."""
@@ -304,7 +316,7 @@ def admit_declaration(
     if any(t.kind == "plan" for t in sub.tools.values()):
         from .children import admit_children
 
-        usable = set(decl.allowed_tools or sub.allowed_tools) if decl.mode == "routed" else set(sub.allowed_tools)
+        usable = _usable_tools(decl, sub, lanes is not None)
         contract, sub, child_plans, child_problems = admit_children(
             contract, sub, usable=usable, depth=depth, max_depth=max_depth if max_depth is not None else sub.max_depth)
         if child_problems:

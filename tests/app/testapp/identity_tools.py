@@ -34,3 +34,25 @@ async def who_trio() -> dict:
 async def who_asyncio() -> dict:
     await asyncio.sleep(0)
     return _shown()
+
+
+def pay_then_wait(ref: str, ledger: str, fifo: str) -> dict:
+    """Applies a payment keyed by the idempotency key, then waits on a FIFO (a test kills the run
+    there: the write happened, its receipt did not)."""
+    import json
+    import os
+
+    key = current_call().idempotency_key
+    seen = open(ledger).read().splitlines() if os.path.exists(ledger) else []
+    if any(json.loads(line)["key"] == key for line in seen):
+        return {"ref": ref, "replayed": True}
+    with open(ledger, "a") as fh:
+        fh.write(json.dumps({"ref": ref, "key": key}) + "\n")
+    if os.path.exists(fifo):
+        with open(fifo, "w") as f:  # blocks until the test opens the other end
+            f.write("applied\n")
+        os.unlink(fifo)
+        import time
+
+        time.sleep(60)  # the test kills the run here
+    return {"ref": ref, "replayed": False}
