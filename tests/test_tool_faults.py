@@ -181,3 +181,16 @@ def test_a_timeout_kills_the_whole_process_group_of_a_worker_that_forked(tmp_pat
         assert gone_within(child, 10), "the forked child outlived its worker"
     finally:
         kill_if_alive(child)
+
+
+def test_children_a_process_tool_left_running_end_with_the_run(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    plan = admitted(tmp_path, {"fork": tool("fork_sleep", isolation="process")},
+                    calls=[{"tool": "fork", "args": {"path": str(pidfile), "seconds": 60, "wait": False}}])
+    got, _, _ = run_plan(plan, mock=False)
+    child = int(pidfile.read_text())
+    assert (got[0]["status"], got[0]["result"]) == ("ok", {"child": child})
+    try:
+        assert gone_within(child, 10), "the forked child outlived the run"
+    finally:
+        kill_if_alive(child)

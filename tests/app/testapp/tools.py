@@ -394,9 +394,9 @@ async def asyncio_exit_in_callback(code: int = 3) -> dict:
     return {"scheduled": True}
 
 
-def fork_sleep(path: str, seconds: float) -> dict:
+def fork_sleep(path: str, seconds: float, wait: bool = True) -> dict:
     """Forks a child that sleeps ``seconds``, writes the child's process id to ``path``, then sleeps
-    as long itself."""
+    as long itself (or returns at once when not ``wait``)."""
     child = os.fork()
     if child == 0:
         try:
@@ -405,7 +405,8 @@ def fork_sleep(path: str, seconds: float) -> dict:
             os._exit(0)
     with open(path, "w") as fh:
         fh.write(str(child))
-    time.sleep(seconds)
+    if wait:
+        time.sleep(seconds)
     return {"child": child}
 
 
