@@ -88,6 +88,17 @@ def test_ctrl_c_delivered_by_trio_still_stops_a_library_run(tmp_path):
     assert info.type is KeyboardInterrupt or info.group_contains(KeyboardInterrupt)
 
 
+@pytest.mark.parametrize("fn", ["child_pauses", "child_pauses_trio", "child_pauses_asyncio"])
+def test_the_engines_own_signal_goes_through_app_code(tmp_path, fn):
+    # a child run that paused, raised through a router's dispatch(): the lane pauses with it
+    plan = admitted(tmp_path, {"p": tool(fn), "echo": tool("echo")}, lanes=[
+        {"item_key": "a", "calls": [{"call_key": "k", "tool": "p", "args": {"run_id": "child-1"}},
+                                    {"call_key": "next", "tool": "echo", "args": {}}]}])
+    got, _, state = run_plan(plan, mock=False)
+    assert got == []  # no receipt: the call waits with its child
+    assert state.paused == [("a", "k", "child-1")]
+
+
 # --- the asyncio loop survives ----------------------------------------------------------------
 
 

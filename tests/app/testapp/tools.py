@@ -417,3 +417,24 @@ async def sigint_self() -> dict:
     signal.raise_signal(signal.SIGINT)
     await trio.sleep(0)
     return {}
+
+
+def _child_paused(run_id: str) -> BaseException:
+    from toolloop_cli.engine.child_runs import ChildPaused
+
+    return ChildPaused(run_id, None)
+
+
+def child_pauses(run_id: str) -> dict:
+    """Sync: raises what a router's dispatch() raises when the child run it started pauses."""
+    raise _child_paused(run_id)
+
+
+async def child_pauses_trio(run_id: str) -> dict:
+    await trio.sleep(0)
+    raise _child_paused(run_id)
+
+
+async def child_pauses_asyncio(run_id: str) -> dict:
+    await asyncio.sleep(0)
+    raise _child_paused(run_id)

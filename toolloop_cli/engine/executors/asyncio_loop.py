@@ -11,7 +11,7 @@ from typing import Any, Callable, TypeVar
 import trio
 
 from ...contract.compiled import ToolSpec
-from .failure import ToolRaised
+from .failure import ToolRaised, engine_signal
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,13 +62,13 @@ async def _captured(fn: Any, args: dict) -> tuple[bool, Any]:
     # reaches the loop (asyncio would stop it); only the task's cancellation goes through
     import asyncio
 
-    failure: ToolRaised | None = None
+    failure: BaseException | None = None
     try:
         return True, await fn(**args)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:  # noqa: BLE001 - handed back to the engine as the call's failure
-        failure = ToolRaised.of(exc)
+        failure = exc if engine_signal(exc) else ToolRaised.of(exc)
     return False, failure
 
 

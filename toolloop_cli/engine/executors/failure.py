@@ -1,7 +1,8 @@
 """What App code raised, as an ordinary exception: every executor turns whatever a callable raises
 (``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit``, any ``BaseException``) into a
 ``ToolRaised`` that carries the original kind and message, so no App exception stops the run, a
-loop or a worker. Only trio's own cancellation goes through untouched."""
+loop or a worker. Only trio's own cancellation and the engine's own signals (``engine_signal``)
+go through untouched."""
 
 from __future__ import annotations
 
@@ -20,3 +21,9 @@ class ToolRaised(WorkerFailure):
         except BaseException:  # noqa: BLE001 - an App's __str__ may raise anything
             message = ""
         return cls(kind, message or kind)
+
+
+def engine_signal(exc: BaseException) -> bool:
+    """A BaseException of toolloop's own on its way through App code (a child run that paused,
+    raised in a router's ``dispatch``): the engine's control flow, never the App's failure."""
+    return not isinstance(exc, Exception) and type(exc).__module__.split(".")[0] == "toolloop_cli"

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from ...contract.compiled import ToolSpec
-from .failure import ToolRaised
+from .failure import ToolRaised, engine_signal
 
 _thread_limiter: trio.CapacityLimiter | None = None
 
@@ -55,6 +55,8 @@ def _guarded(fn: Any, args: dict) -> Any:
     except trio.Cancelled:
         raise
     except BaseException as exc:  # noqa: BLE001 - App code may raise anything
+        if engine_signal(exc):
+            raise
         failure = ToolRaised.of(exc)
     raise failure  # outside the handler: the App's exception and its frames are not kept
 

@@ -1,6 +1,7 @@
 """Async callables written for trio run on the engine's own event loop and are cancelled at
-their deadline. Whatever they raise becomes ``ToolRaised``, except trio's cancellation and a
-Ctrl-C that trio itself delivers (a signal to the program, not the tool's failure)."""
+their deadline. Whatever they raise becomes ``ToolRaised``, except trio's cancellation, a
+Ctrl-C that trio itself delivers (a signal to the program, not the tool's failure) and the
+engine's own signals."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from typing import Any
 import trio
 
 from ...contract.compiled import ToolSpec
-from .failure import ToolRaised
+from .failure import ToolRaised, engine_signal
 
 _TRIO_DIR = os.path.dirname(trio.__file__) + os.sep
 
 
 def _not_the_tools(exc: BaseException) -> bool:
-    """Trio's cancellation (alone or in a group), or a KeyboardInterrupt raised by trio's own
-    SIGINT handling (its innermost frame is trio's): these go on untouched."""
+    """Trio's cancellation (alone or in a group), a KeyboardInterrupt raised by trio's own SIGINT
+    handling (its innermost frame is trio's), or the engine's own signal: these go on untouched."""
+    if engine_signal(exc):
+        return True
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(trio.Cancelled)[0] is not None
     if isinstance(exc, KeyboardInterrupt):
