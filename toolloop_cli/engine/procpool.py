@@ -1,15 +1,19 @@
 """Worker processes for ``isolation: process`` (SPEC 5.3).
 
-Each worker is ``python -m toolloop_cli.engine.procpool``: it reads requests and writes replies
-as length-prefixed pickles on its standard input and output (which it moves to private file
-descriptors first, so a tool that prints writes to standard error and cannot corrupt the
-channel). It resolves ``module:attr`` itself with the App root on ``sys.path``, so nothing
-unpicklable crosses over, and keeps resolved callables (and their imports) warm between calls.
+Each worker is ``python -m toolloop_cli.engine.procpool``, in a process group of its own: it
+reads requests and writes replies as length-prefixed pickles on its standard input and output
+(which it moves to private file descriptors first, so a tool that prints writes to standard
+error and cannot corrupt the channel). It resolves ``module:attr`` itself with the App root on
+``sys.path``, so nothing unpicklable crosses over, and keeps resolved callables (and their
+imports) warm between calls. Whatever a callable raises, ``BaseException`` included, is a reply:
+a worker prints nothing of its own and serves on.
 
-The parent side keeps idle workers per App root for one ``trio.run`` and reuses them. A call
-that is cancelled (its timeout, a halt, Ctrl-C) ends its worker: SIGTERM, a grace period, then
-SIGKILL, and the worker is reaped before the call returns, so no process outlives its call.
-Idle workers are closed when the run ends.
+The parent side keeps idle workers per App root for one ``trio.run`` and reuses them. A call's
+module is imported in its worker before the call's deadline starts (``load``, bounded by
+``IMPORT_LIMIT_S``). A call that is cancelled (its timeout, a halt, Ctrl-C) ends its worker's
+whole process group, so processes the callable forked end too: SIGTERM, a grace period, then
+SIGKILL, and the worker is reaped before the call returns. Idle workers are closed (with what
+they started) when the run ends.
 
 The child half imports the standard library only: a worker starts in tens of milliseconds.
 """
@@ -24,12 +28,14 @@ import sys
 from typing import Any
 
 TERM_GRACE_S = 0.5  # between SIGTERM and SIGKILL
+IMPORT_LIMIT_S = 60.0  # importing a callable's module in a worker, before the call's deadline
 _HEADER = struct.Struct("!Q")
 _SLACK = 4096  # pickle framing around a value that is at the output cap
 
 
 class WorkerFailure(Exception):
-    """The callable raised in the worker; ``kind`` is its exception type's name."""
+    """A call failed where it ran: ``kind`` says how (``worker_died``, ``import_timeout``; as
+    ``executors.failure.ToolRaised``, the type name of what the callable raised)."""
 
     def __init__(self, kind: str, message: str):
         self.kind = kind
@@ -72,11 +78,91 @@ def _reply(value: Any, cap: int | None) -> bytes:
         return pickle.dumps(("rejected", "output_too_large", len(value)))
     try:
         data = pickle.dumps(("ok", value), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as exc:  # noqa: BLE001 - any pickling failure of an App value
-        return pickle.dumps(("rejected", "not_json", f"{type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # noqa: BLE001 - any pickling failure of an App value
+        return pickle.dumps(("rejected", "not_json", _described(exc)))
     if cap is not None and len(data) > cap + _SLACK:
         return pickle.dumps(("rejected", "output_too_large", len(data)))
     return data
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except BaseException:  # noqa: BLE001 - an App's __str__ may raise anything
+        return ""
+
+
+def _described(exc: BaseException) -> str:
+    text = _text(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _failed(exc: BaseException) -> bytes:
+    """The reply for anything App code raised: its kind and message, never a traceback."""
+    return pickle.dumps(("error", type(exc).__name__, _text(exc) or type(exc).__name__))
+
+
+def _load(resolved: dict, ref: str, app_root: str) -> bytes:
+    """Import the module of ``ref`` and resolve it (kept for later calls). An import that raises
+    is an error reply with that exception's kind."""
+    import importlib
+
+    from toolloop_cli.contract.callables import ensure_on_path, resolve
+
+    if (ref, app_root) in resolved:
+        return pickle.dumps(("ok", None))
+    module = ref.split(":")[0]
+    ensure_on_path(app_root)
+    try:
+        importlib.import_module(module)
+    except BaseException as exc:  # noqa: BLE001 - App code at import time may raise anything
+        where = ""
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            where = f" (at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+        text = _text(exc)
+        return pickle.dumps(("error", type(exc).__name__,
+                             f"importing module '{module}' failed: {text or type(exc).__name__}{where}"))
+    try:
+        r = resolve(ref, app_root)
+    except BaseException as exc:  # noqa: BLE001 - an App's module attributes may raise anything
+        return _failed(exc)
+    if r.fn is None:
+        return pickle.dumps(("error", "RuntimeError", r.message))
+    resolved[(ref, app_root)] = r.fn
+    return pickle.dumps(("ok", None))
+
+
+def _call(resolved: dict, ref: str, app_root: str, args: dict, cap: int | None) -> bytes:
+    fn = resolved.get((ref, app_root))
+    if fn is None:  # not loaded first: load now
+        loaded = _load(resolved, ref, app_root)
+        fn = resolved.get((ref, app_root))
+        if fn is None:
+            return loaded
+    try:
+        return _reply(fn(**args), cap)
+    except BaseException as exc:  # noqa: BLE001 - App failures, whatever they are, become replies
+        return _failed(exc)
+
+
+def _serve(requests: int, replies: int) -> None:
+    resolved: dict[tuple[str, str], Any] = {}
+    while True:
+        header = _read_exact(requests, _HEADER.size)
+        if header is None:
+            return
+        body = _read_exact(requests, _HEADER.unpack(header)[0])
+        if body is None:
+            return
+        request = pickle.loads(body)
+        if request[0] == "load":
+            data = _load(resolved, *request[1:])
+        else:
+            data = _call(resolved, *request[1:])
+        _write_all(replies, _HEADER.pack(len(data)) + data)
 
 
 def worker_main() -> None:
@@ -86,30 +172,13 @@ def worker_main() -> None:
     os.dup2(devnull, 0)
     os.dup2(2, 1)  # a tool's prints go to standard error
     os.close(devnull)
-    # Ctrl-C reaches the whole process group; the parent decides what stops (it sends TERM)
+    # the parent decides what stops (it sends TERM); a worker has its own session, so a terminal's
+    # Ctrl-C does not reach it, and a SIGINT sent to it anyway is ignored
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from toolloop_cli.contract.callables import resolve
-
-    resolved: dict[tuple[str, str], Any] = {}
-    while True:
-        header = _read_exact(requests, _HEADER.size)
-        if header is None:
-            return
-        body = _read_exact(requests, _HEADER.unpack(header)[0])
-        if body is None:
-            return
-        ref, app_root, args, cap = pickle.loads(body)
-        try:
-            fn = resolved.get((ref, app_root))
-            if fn is None:
-                r = resolve(ref, app_root)
-                if r.fn is None:
-                    raise RuntimeError(r.message)
-                fn = resolved[(ref, app_root)] = r.fn
-            data = _reply(fn(**args), cap)
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - App failures become replies
-            data = pickle.dumps(("error", type(exc).__name__, str(exc) or type(exc).__name__))
-        _write_all(replies, _HEADER.pack(len(data)) + data)
+    try:
+        _serve(requests, replies)
+    except OSError:
+        pass  # the parent went away: nothing left to answer
 
 
 # ---------------------------------------------------------------------------- the pool (parent)
@@ -124,11 +193,12 @@ def _child_env() -> dict[str, str]:
 
 
 class Worker:
-    """One worker process and its two pipes."""
+    """One worker process (the leader of its own process group) and its two pipes."""
 
     def __init__(self, proc: Any, app_root: str):
         self.proc = proc
         self.app_root = app_root
+        self.loaded: set[str] = set()  # callables this worker has imported and resolved
         self._buf = bytearray()
 
     @property
@@ -147,22 +217,50 @@ class Worker:
         del buf[:n]
         return out
 
-    async def request(self, ref: str, args: dict, cap: int | None) -> Any:
-        body = pickle.dumps((ref, self.app_root, args, cap), protocol=pickle.HIGHEST_PROTOCOL)
-        await self.proc.stdin.send_all(_HEADER.pack(len(body)) + body)
+    async def _exchange(self, request: tuple) -> tuple:
+        import trio
+
+        body = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            await self.proc.stdin.send_all(_HEADER.pack(len(body)) + body)
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+            raise WorkerFailure("worker_died", "the worker process stopped reading requests") from None
         (n,) = _HEADER.unpack(await self._read_exact(_HEADER.size))
-        reply = pickle.loads(await self._read_exact(n))
+        return pickle.loads(await self._read_exact(n))  # type: ignore[no-any-return]
+
+    async def load(self, ref: str) -> None:
+        """Import and resolve ``ref`` in the worker. Raises ``ToolRaised`` for a module that
+        fails to import (with that failure's kind), ``WorkerFailure`` for a worker that died."""
+        from .executors.failure import ToolRaised
+
+        reply = await self._exchange(("load", ref, self.app_root))
+        if reply[0] == "error":
+            raise ToolRaised(reply[1], reply[2])
+        self.loaded.add(ref)
+
+    async def request(self, ref: str, args: dict, cap: int | None) -> Any:
+        from .executors.failure import ToolRaised
+
+        reply = await self._exchange(("call", ref, self.app_root, args, cap))
         if reply[0] == "ok":
             return reply[1]
         if reply[0] == "error":
-            raise WorkerFailure(reply[1], reply[2])
+            raise ToolRaised(reply[1], reply[2])
         kind, detail = reply[1], reply[2]
         if kind == "output_too_large":
             raise WorkerOutputRejected(kind, f"result too large: {detail} bytes exceed the output cap of {cap} bytes")
         raise WorkerOutputRejected(kind, f"result cannot leave the worker process: {detail}")
 
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # nothing of the group is left
+
     async def stop(self, grace: float = TERM_GRACE_S) -> None:
-        """TERM, up to ``grace`` seconds, then KILL; always reaps the process."""
+        """TERM to the worker's whole process group (the processes its callables forked too), up
+        to ``grace`` seconds for the worker to end, then KILL to the group; always reaps the
+        worker."""
         import trio
 
         for stream in (self.proc.stdin, self.proc.stdout):
@@ -170,22 +268,15 @@ class Worker:
                 await stream.aclose()
             except (OSError, trio.ClosedResourceError, trio.BrokenResourceError):
                 pass
+        self._signal_group(signal.SIGTERM)
         if self.proc.returncode is None:
-            try:
-                self.proc.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             with trio.move_on_after(grace):
                 await self.proc.wait()
-        if self.proc.returncode is None:
-            try:
-                self.proc.kill()
-            except ProcessLookupError:
-                pass
-            await self.proc.wait()
+        self._signal_group(signal.SIGKILL)
+        await self.proc.wait()
 
     async def close(self, grace: float = TERM_GRACE_S) -> None:
-        """An idle worker: closing its input ends it; TERM/KILL only if it lingers."""
+        """An idle worker: closing its input ends it; what is left of its group is stopped."""
         import trio
 
         try:
@@ -195,6 +286,14 @@ class Worker:
         with trio.move_on_after(grace):
             await self.proc.wait()
         await self.stop(grace)
+
+
+def _kept(worker: Worker, exc: BaseException) -> bool:
+    """Whether a worker that failed a request can serve the next: the callable raised (or its
+    result was refused) and the worker answered."""
+    from .executors.failure import ToolRaised
+
+    return isinstance(exc, (ToolRaised, WorkerOutputRejected)) and worker.proc.returncode is None
 
 
 class ProcessPool:
@@ -219,6 +318,7 @@ class ProcessPool:
         proc = await trio.lowlevel.open_process(
             [sys.executable, "-m", "toolloop_cli.engine.procpool"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(),
+            start_new_session=True,  # a group of its own: a timeout ends what its callables fork
         )
         self.started += 1
         return Worker(proc, app_root)
@@ -228,6 +328,38 @@ class ProcessPool:
             return
         self.idle.setdefault(worker.app_root, []).append(worker)
 
+    async def ready(self, app_root: str, ref: str) -> tuple[Worker | None, WorkerFailure | None]:
+        """A worker that has imported ``ref``'s module, or the failure a call of it must report:
+        the import's own (``ToolRaised``), ``import_timeout`` past ``IMPORT_LIMIT_S``, or
+        ``worker_died``. Raises OSError when no worker can be started."""
+        import trio
+
+        worker = await self.acquire(app_root)
+        if ref in worker.loaded:
+            return worker, None
+        limit = IMPORT_LIMIT_S
+        failure: WorkerFailure | None = None
+        answered = False
+        try:
+            with trio.move_on_after(limit):
+                try:
+                    await worker.load(ref)
+                except WorkerFailure as exc:
+                    failure = exc
+                answered = True
+        finally:
+            if answered and (failure is None or _kept(worker, failure)):
+                if failure is not None:
+                    self.release(worker)
+            else:  # too slow, dead, or cancelled while importing
+                with trio.CancelScope(shield=True):
+                    await worker.stop(self.grace)
+        if not answered:
+            module = ref.split(":")[0]
+            failure = WorkerFailure("import_timeout",
+                                    f"importing module '{module}' in a worker process took longer than {limit:g}s")
+        return (worker, None) if failure is None else (None, failure)
+
     async def call(self, worker: Worker, ref: str, args: dict, cap: int | None) -> Any:
         """Run one call on ``worker``; a call that does not complete ends the worker."""
         import trio
@@ -236,8 +368,8 @@ class ProcessPool:
         try:
             value = await worker.request(ref, args, cap)
             done = True
-        except (WorkerFailure, WorkerOutputRejected):
-            done = worker.proc.returncode is None
+        except (WorkerFailure, WorkerOutputRejected) as exc:
+            done = _kept(worker, exc)
             raise
         finally:
             if done:

@@ -340,3 +340,101 @@ def evidence_to_file(record: dict) -> None:
 
     with open(os.environ["TOOLLOOP_TEST_EVIDENCE"], "a") as fh:
         fh.write(json.dumps(record) + "\n")
+
+
+# --- tools that raise anything, fork, or stop the loop they run on (tests/test_tool_faults.py,
+# tests/test_redaction_raised.py) --------------------------------------------------------------
+
+
+class AppInterrupt(BaseException):
+    """An App's own BaseException subclass."""
+
+
+RAISABLE = {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt, "GeneratorExit": GeneratorExit,
+            "BaseException": BaseException, "AppInterrupt": AppInterrupt, "ValueError": ValueError}
+
+
+def raise_any(kind: str, message: str = "", with_pid: bool = False) -> dict:
+    """Sync: raises the named exception class (BaseException subclasses included)."""
+    raise RAISABLE[kind](message + (f" in {os.getpid()}" if with_pid else ""))
+
+
+async def raise_any_trio(kind: str, message: str = "") -> dict:
+    await trio.sleep(0)
+    raise RAISABLE[kind](message)
+
+
+async def raise_any_asyncio(kind: str, message: str = "") -> dict:
+    await asyncio.sleep(0)
+    raise RAISABLE[kind](message)
+
+
+def _login_failure(kind: str, user: str, password: str) -> BaseException:
+    return RAISABLE[kind](f"login failed for {user} with password {password} (repr {password!r})")
+
+
+def secret_exit(user: str, password: str, kind: str = "SystemExit") -> dict:
+    """Sync: raises a BaseException quoting its secret argument."""
+    raise _login_failure(kind, user, password)
+
+
+async def secret_exit_trio(user: str, password: str, kind: str = "SystemExit") -> dict:
+    await trio.sleep(0)
+    raise _login_failure(kind, user, password)
+
+
+async def secret_exit_asyncio(user: str, password: str, kind: str = "SystemExit") -> dict:
+    await asyncio.sleep(0)
+    raise _login_failure(kind, user, password)
+
+
+async def asyncio_exit_in_callback(code: int = 3) -> dict:
+    """Schedules ``sys.exit`` as a plain callback on the asyncio loop it runs on, then returns."""
+    asyncio.get_running_loop().call_soon(sys.exit, code)
+    return {"scheduled": True}
+
+
+def fork_sleep(path: str, seconds: float, wait: bool = True) -> dict:
+    """Forks a child that sleeps ``seconds``, writes the child's process id to ``path``, then sleeps
+    as long itself (or returns at once when not ``wait``)."""
+    child = os.fork()
+    if child == 0:
+        try:
+            time.sleep(seconds)
+        finally:
+            os._exit(0)
+    with open(path, "w") as fh:
+        fh.write(str(child))
+    if wait:
+        time.sleep(seconds)
+    return {"child": child}
+
+
+async def sigint_self() -> dict:
+    """Async (trio): the process receives SIGINT while this tool runs."""
+    import signal
+
+    signal.raise_signal(signal.SIGINT)
+    await trio.sleep(0)
+    return {}
+
+
+def _child_paused(run_id: str) -> BaseException:
+    from toolloop_cli.engine.child_runs import ChildPaused
+
+    return ChildPaused(run_id, None)
+
+
+def child_pauses(run_id: str) -> dict:
+    """Sync: raises what a router's dispatch() raises when the child run it started pauses."""
+    raise _child_paused(run_id)
+
+
+async def child_pauses_trio(run_id: str) -> dict:
+    await trio.sleep(0)
+    raise _child_paused(run_id)
+
+
+async def child_pauses_asyncio(run_id: str) -> dict:
+    await asyncio.sleep(0)
+    raise _child_paused(run_id)

@@ -1,5 +1,7 @@
 """Coroutines written for asyncio: one asyncio event loop on a daemon thread, shared by every
-asyncio callable of the process; cancelling the call cancels its asyncio task."""
+asyncio callable of the process; cancelling the call cancels its asyncio task. Nothing App code
+raises stops that loop: a coroutine's failure is handed back as ``ToolRaised``, and a callback
+that raises ``SystemExit`` or ``KeyboardInterrupt`` only makes the loop start again."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any, Callable, TypeVar
 import trio
 
 from ...contract.compiled import ToolSpec
+from .failure import ToolRaised, engine_signal
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,8 +30,18 @@ class _AsyncioLoop:
         import asyncio
 
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="toolloop-asyncio", daemon=True)
+        self.thread = threading.Thread(target=self._serve, name="toolloop-asyncio", daemon=True)
         self.thread.start()
+
+    def _serve(self) -> None:
+        # asyncio lets SystemExit and KeyboardInterrupt from a callback out of run_forever (App
+        # code may schedule one: ``loop.call_soon(sys.exit)``); the loop just runs on
+        while True:
+            try:
+                self.loop.run_forever()
+                return
+            except BaseException:  # noqa: BLE001 - App code's, never this thread's end
+                continue
 
 
 _asyncio: _AsyncioLoop | None = None
@@ -38,24 +51,32 @@ _asyncio_lock = threading.Lock()
 def asyncio_loop() -> Any:
     global _asyncio
     with _asyncio_lock:
-        if _asyncio is None:
+        if _asyncio is None or not _asyncio.thread.is_alive():
             _asyncio = _AsyncioLoop()
     return _asyncio.loop
 
 
 async def _captured(fn: Any, args: dict) -> tuple[bool, Any]:
     # the task itself never fails, so asyncio never logs an unretrieved exception (which would
-    # print a traceback that may quote an argument)
+    # print a traceback that may quote an argument), and a SystemExit or KeyboardInterrupt never
+    # reaches the loop (asyncio would stop it); only the task's cancellation goes through
+    import asyncio
+
+    failure: BaseException | None = None
     try:
         return True, await fn(**args)
-    except Exception as exc:  # noqa: BLE001 - handed back to the engine as the call's failure
-        return False, exc
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - handed back to the engine as the call's failure
+        failure = exc if engine_signal(exc) else ToolRaised.of(exc)
+    return False, failure
 
 
 async def run_on_asyncio(fn: Any, args: dict) -> Any:
     """Await ``fn(**args)`` on the asyncio loop thread; cancellation cancels the asyncio task.
     The task runs in a copy of the caller's context (call_soon_threadsafe copies it)."""
     import asyncio
+    import concurrent.futures
 
     loop = asyncio_loop()
     fut = asyncio.run_coroutine_threadsafe(_captured(fn, args), loop)
@@ -74,7 +95,11 @@ async def run_on_asyncio(fn: Any, args: dict) -> Any:
     finally:
         if not fut.done():
             fut.cancel()  # cancels the asyncio task: a real stop, unlike a thread
-    ok, value = fut.result()
+    try:
+        ok, value = fut.result()
+    except concurrent.futures.CancelledError:
+        # the coroutine raised CancelledError itself (the call was not cancelled: that returned above)
+        raise ToolRaised("CancelledError", "the asyncio task was cancelled") from None
     if not ok:
         raise value
     return value

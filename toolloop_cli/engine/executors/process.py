@@ -1,5 +1,6 @@
 """Sync callables with ``isolation: process``: a warm worker process per call (``procpool``),
-taken before the call's deadline starts and killed at the timeout (TERM, a grace period, KILL)."""
+taken, and the callable's module imported in it, before the call's deadline starts; at the
+timeout the worker's whole process group is killed (TERM, a grace period, KILL)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,16 @@ class ProcessExecutor:
         self.cap = output_cap_bytes
 
     async def prepare(self, tool: ToolSpec) -> Any:
-        # taken (or started) before the deadline runs: the timeout is the call's, not the start's
+        # taken (or started) and the module imported before the deadline runs: the timeout is
+        # the call's, not the start's or the import's (bounded by procpool.IMPORT_LIMIT_S)
         from ..procpool import current_pool
 
         pool = current_pool()
-        return pool, await pool.acquire(self.app_root)
+        worker, failure = await pool.ready(self.app_root, tool.ref)
+        return pool, worker, failure
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
-        pool, worker = prepared
+        pool, worker, failure = prepared
+        if failure is not None:  # the import failed: the call's failure, reported inside its deadline
+            raise failure
         return await pool.call(worker, tool.ref, args, self.cap)

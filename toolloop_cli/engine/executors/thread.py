@@ -1,6 +1,6 @@
 """Sync callables in worker threads. A thread cannot be killed: at the timeout the call is
 abandoned (left running, its receipt says ``abandoned: true``) and keeps its source slot until it
-really ends."""
+really ends. Whatever the callable raises leaves its thread as ``ToolRaised``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from ...contract.compiled import ToolSpec
+from .failure import ToolRaised, engine_signal
 
 _thread_limiter: trio.CapacityLimiter | None = None
 
@@ -45,11 +46,27 @@ class HeldSlot:
         self.tool.release_on_behalf_of(self.borrower)
 
 
+def _guarded(fn: Any, args: dict) -> Any:
+    """``fn(**args)``, in the worker thread: its value, or ``ToolRaised`` for anything it raised
+    (trio would raise a ``KeyboardInterrupt`` or ``SystemExit`` from a thread again in the task)."""
+    failure: ToolRaised | None = None
+    try:
+        return fn(**args)
+    except trio.Cancelled:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - App code may raise anything
+        if engine_signal(exc):
+            raise
+        failure = ToolRaised.of(exc)
+    raise failure  # outside the handler: the App's exception and its frames are not kept
+
+
 async def run_in_thread(fn: Any, args: dict, slot: HeldSlot | None = None) -> Any:
     """``fn(**args)`` in a worker thread, abandoned (left running) if cancelled. The thread sees
     the caller's context variables (the running call, for dispatch)."""
     limiter: Any = thread_limiter() if slot is None else slot
-    return await trio.to_thread.run_sync(functools.partial(fn, **args), abandon_on_cancel=True, limiter=limiter)
+    return await trio.to_thread.run_sync(functools.partial(_guarded, fn, args), abandon_on_cancel=True,
+                                         limiter=limiter)
 
 
 class ThreadExecutor:
