@@ -338,13 +338,15 @@ def test_tools_as_jsonl(cli):
     r = cli("tools", str(DEMO), "--format", "jsonl")
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in r.stdout.decode().splitlines()]
-    assert len(records) == 10
+    assert len(records) == 12
     first = records[0]
     assert first == {
         "type": "tool", "subagent": "worker-a", "tool": "transform", "kind": "callable", "effect": "read",
         "allowed": True, "description": "Change the case of a text.", "mcp_name": None,
     }
-    assert {r["tool"] for r in records if r["effect"] == "write"} == {"login"}
+    assert {r["tool"] for r in records if r["effect"] == "write"} == {"login", "record_payment"}
+    agent = next(r for r in records if r["tool"] == "shout_agent")
+    assert agent["kind"] == "plan" and agent["effect"] == "read"  # the strongest of its child's tools
 
 
 # ---------------------------------------------------------------------------------------------

@@ -148,6 +148,13 @@ def tools(
         server_problems = resolve_server_tools(sub)
         if server_problems:
             print_findings(server_problems)
+        if any(t.kind == "plan" for t in sub.tools.values()):  # a plan tool's effect comes from its child plan
+            from ..plan.children import admit_children
+
+            _c, sub, _plans, child_problems = admit_children(contract, sub, usable=set(sub.tools), depth=0,
+                                                             max_depth=sub.max_depth)
+            if child_problems:
+                print_findings(child_problems)
         for tid, t in sub.tools.items():
             writer.write({
                 "type": "tool", "subagent": sid, "tool": tid, "kind": t.kind, "effect": t.effect,
