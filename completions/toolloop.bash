@@ -25,8 +25,8 @@ _toolloop_options()
         "toolloop init") echo "--help -h" ;;
         "toolloop lock") echo "--help -h" ;;
         "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
-        "toolloop resume") echo "--format --help --lanes --retry-failed --retry-interrupted --state-dir -f -h" ;;
-        "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --progress --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
+        "toolloop resume") echo "--accept-contract-change --approve --audit --format --halt --help --lanes --order --retry-failed --retry-interrupted --state-dir -f -h" ;;
+        "toolloop run") echo "--app-root --approve --audit --dry-run --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --order --progress --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
         "toolloop runs export") echo "--format --help --state-dir -f -h" ;;
         "toolloop runs list") echo "--format --help --state-dir -f -h" ;;
@@ -60,7 +60,11 @@ _toolloop_option_value()
         "toolloop call -f"|"toolloop call --format") echo "auto table jsonl json" ;;
         "toolloop replay --state-dir") echo "@dir" ;;
         "toolloop replay -f"|"toolloop replay --format") echo "auto table jsonl json" ;;
+        "toolloop resume --approve") echo "@text" ;;
+        "toolloop resume --audit") echo "@file" ;;
+        "toolloop resume --halt") echo "@text" ;;
         "toolloop resume --lanes") echo "@file" ;;
+        "toolloop resume --order") echo "@text" ;;
         "toolloop resume --state-dir") echo "@dir" ;;
         "toolloop resume -f"|"toolloop resume --format") echo "auto table jsonl json" ;;
         "toolloop run --app-root") echo "@dir" ;;
@@ -69,6 +73,7 @@ _toolloop_option_value()
         "toolloop run --halt") echo "@text" ;;
         "toolloop run --lanes") echo "@file" ;;
         "toolloop run --max-output-bytes") echo "@text" ;;
+        "toolloop run --order") echo "input completion" ;;
         "toolloop run --registry") echo "@file" ;;
         "toolloop run --state-dir") echo "@dir" ;;
         "toolloop run --timeout") echo "@text" ;;

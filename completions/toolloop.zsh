@@ -146,7 +146,12 @@ _toolloop_replay() {
 
 _toolloop_resume() {
     _arguments \
+        '--accept-contract-change[Go on under a registry that changed since the run started (recorded; the summary says contract_changed).]' \
+        '--approve[Approval gates\: ask, all or none (default\: what the run had).]:approve: ' \
+        '--audit[Write engine events as JSON Lines to this file.]:audit:_files' \
+        '--halt[now,fail=N or soon,fail=P%\: replaces the run'\''s halt policy.]:halt: ' \
         '--lanes[The run'\''s --lanes FILE again, to rebuild redacted arguments.]:lanes:_files' \
+        '--order[input or completion\: the order receipts are printed in.]:order: ' \
         '--retry-failed[Also re-run error, timeout and invalid_output calls and those skipped after them.]' \
         '--retry-interrupted[Re-run writes that were in flight when the run died.]' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
@@ -165,6 +170,7 @@ _toolloop_run() {
         '--lanes[JSON Lines file of extra lanes, or - for standard input.]:lanes:_files' \
         '--max-output-bytes[Largest result accepted from a call.]:max-output-bytes: ' \
         '--no-cache[Do not read the cache.]' \
+        '--order[input\: receipts in input order (the default); completion\: each as soon as it is committed.]:order:(input completion)' \
         '(--progress --no-progress)'{--progress,--no-progress}'[Live progress on standard error when it is a terminal.]' \
         '--refresh-cache[Run cacheable tools and rewrite their entries.]' \
         '--registry[Registry file (overrides the plan'\''s).]:registry:_files' \

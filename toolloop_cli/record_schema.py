@@ -109,6 +109,9 @@ class SummaryRecord(_Record):
     duration_ms: float = Field(ge=0)
     contract_sha256: Optional[str]
     rejected_lanes: Optional[int] = Field(default=None, ge=0)  # run --stream
+    contract_changed: Optional[bool] = None  # resume --accept-contract-change
+    parent_run_id: Optional[str] = None  # child runs
+    parent_receipt_id: Optional[str] = None  # child runs
     route: Optional[str] = None  # routed runs
     loop: Optional[LoopRecord] = None  # routed runs
 

@@ -310,6 +310,21 @@ class Store:
             self.db.execute("DELETE FROM calls WHERE run_id=?", (run_id,)),
         ))
 
+    def set_option(self, run_id: str, key: str, value: Any) -> None:
+        """Change one of a run's recorded options (a resume's new --halt policy)."""
+        def work() -> None:
+            row = self.db.execute("SELECT options FROM runs WHERE run_id=?", (run_id,)).fetchone()
+            options = _loads(row[0]) if row and row[0] else {}
+            options[key] = value
+            self.db.execute("UPDATE runs SET options=? WHERE run_id=?", (_dumps(options), run_id))
+
+        self._transaction(work)
+
+    def set_contract(self, run_id: str, contract_sha256: str) -> None:
+        """A resume went on under a changed contract (``--accept-contract-change``)."""
+        with self._lock:
+            self.db.execute("UPDATE runs SET contract_sha256=? WHERE run_id=?", (contract_sha256, run_id))
+
     def reopen_run(self, run_id: str) -> None:
         """A resumed run is running again: its old summary no longer describes it."""
         with self._lock:

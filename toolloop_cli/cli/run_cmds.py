@@ -29,6 +29,11 @@ def private_stdout() -> IO[bytes]:
     return os.fdopen(fd, "wb", buffering=1 << 16)
 
 
+class Order(str, Enum):
+    input = "input"
+    completion = "completion"
+
+
 class Approve(str, Enum):
     ask = "ask"
     all = "all"
@@ -90,6 +95,7 @@ def run(
     audit: Optional[Path] = typer.Option(None, "--audit", help="Write engine events as JSON Lines to this file."),
     max_output_bytes: int = typer.Option(16 * 1024 * 1024, "--max-output-bytes", help="Largest result accepted from a call."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress on standard error when it is a terminal."),
+    order: Order = typer.Option(Order.input, "--order", help="input: receipts in input order (the default); completion: each as soon as it is committed."),
 ) -> None:
     """Run a plan; print one receipt per call, in input order, then a summary."""
     from ..engine.runstate import HaltPolicy
@@ -164,7 +170,7 @@ def run(
             quiet_broken_pipe()
         return
     _execute(admitted, format, policy, timeout, no_cache, refresh_cache, state_dir, audit, max_output_bytes,
-             run_id=run_id, store=store, approve=approve.value)
+             run_id=run_id, store=store, approve=approve.value, order=order.value)
 
 
 def _open_store(state_dir: Optional[Path]) -> Any:
@@ -179,7 +185,7 @@ def _open_store(state_dir: Optional[Path]) -> Any:
 def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[float], no_cache: bool,
              refresh_cache: bool, state_dir: Optional[Path], audit: Optional[Path], max_output_bytes: int,
              resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None,
-             approve: str = "ask", replay: Any = None) -> Any:
+             approve: str = "ask", replay: Any = None, order: str = "input") -> Any:
     from ..engine.run import RunOptions, execute_plan
     from .run_checks import progress_wanted
 
@@ -202,7 +208,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         audit_sink = JsonlWriter(audit_file).write
     options = RunOptions(approve=approve, flush_output=out.flush, on_rejected=print_findings, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice,
-                         on_warning=lambda text: notice(f"warning: {text}"))
+                         on_warning=lambda text: notice(f"warning: {text}"), order=order)
     progress = None
     if progress_wanted(out):
         from ..render.live import LiveProgress

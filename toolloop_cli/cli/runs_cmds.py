@@ -26,13 +26,30 @@ def resume(
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run error, timeout and invalid_output calls and those skipped after them."),
     retry_interrupted: bool = typer.Option(False, "--retry-interrupted", help="Re-run writes that were in flight when the run died."),
     lanes: Optional[str] = typer.Option(None, "--lanes", help="The run's --lanes FILE again, to rebuild redacted arguments."),
+    halt: Optional[str] = typer.Option(None, "--halt", help="now,fail=N or soon,fail=P%: replaces the run's halt policy."),
+    order: Optional[str] = typer.Option(None, "--order", help="input or completion: the order receipts are printed in."),
+    accept_contract_change: bool = typer.Option(False, "--accept-contract-change", help="Go on under a registry that changed since the run started (recorded; the summary says contract_changed)."),
+    approve: Optional[str] = typer.Option(None, "--approve", help="Approval gates: ask, all or none (default: what the run had)."),
+    audit: Optional[Path] = typer.Option(None, "--audit", help="Write engine events as JSON Lines to this file."),
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
 ) -> None:
     """Finish an interrupted run; print the full receipt set in order, then the summary."""
     from ..engine.resume import check_not_running, find_run, owner_token, prepare_resume
+    from ..engine.runstate import HaltPolicy
     from ..errors import ConfigError
     from .run_cmds import _execute
+
+    policy = None
+    if halt is not None:
+        try:
+            policy = HaltPolicy.parse(halt)
+        except ValueError as exc:
+            fail(str(exc), 2)
+    if order is not None and order not in ("input", "completion"):
+        fail(f"--order {order!r}: use input or completion", 2)
+    if approve is not None and approve not in ("ask", "all", "none"):
+        fail(f"--approve {approve!r}: use ask, all or none", 2)
 
     store = _open_store(state_dir)
     try:
@@ -51,7 +68,8 @@ def resume(
                 fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
         try:
             plan, settled = prepare_resume(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
-                                           owner=owner, lanes=lanes_stream, lanes_name=lanes or "-")
+                                           owner=owner, lanes=lanes_stream, lanes_name=lanes or "-",
+                                           accept_contract_change=accept_contract_change)
         except ConfigError as exc:
             print_findings(exc.problems)
             sys.stderr.write(f"toolloop: run {run['run_id']} cannot be resumed; nothing ran\n")
@@ -64,13 +82,15 @@ def resume(
         if lanes_stream is not None and lanes_stream is not sys.stdin.buffer:
             lanes_stream.close()
     opts = run["options"] or {}
-    from ..engine.runstate import HaltPolicy
-
-    halt = HaltPolicy(**opts["halt"]) if opts.get("halt") else None
+    if policy is None and opts.get("halt"):
+        policy = HaltPolicy(**opts["halt"])
+    if policy is not None:
+        store.set_option(run["run_id"], "halt", policy.journal_form())
     store.close()
-    _execute(plan, format, halt, opts.get("default_timeout_s"), bool(opts.get("no_cache")),
-             bool(opts.get("refresh_cache")), state_dir, None, opts.get("output_cap_bytes") or 16 * 1024 * 1024,
-             resume=settled, run_id=run["run_id"], approve=opts.get("approve") or "ask")
+    _execute(plan, format, policy, opts.get("default_timeout_s"), bool(opts.get("no_cache")),
+             bool(opts.get("refresh_cache")), state_dir, audit, opts.get("output_cap_bytes") or 16 * 1024 * 1024,
+             resume=settled, run_id=run["run_id"], approve=approve or opts.get("approve") or "ask",
+             order=order or opts.get("order") or "input")
 
 
 def _shown_status(store, run: dict) -> str:  # noqa: ANN001 - Store, imported lazily

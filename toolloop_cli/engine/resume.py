@@ -65,10 +65,12 @@ class _Journaled:
     plan_path: str
     plan_file: str | None
     decl: Any
+    contract_changed: bool = False
 
 
-def _load_contract(run: dict) -> _Journaled:
-    """The run's registry, compiled again and checked against the journal's contract hash."""
+def _load_contract(run: dict, store: Store | None = None, accept_change: bool = False) -> _Journaled:
+    """The run's registry, compiled again and checked against the journal's contract: a change to
+    a tool with calls left to run refuses the resume (naming the tools) unless ``accept_change``."""
     run_id = run["run_id"]
     opts = run["options"] or {}
     reg_path = run["registry_path"]
@@ -78,18 +80,31 @@ def _load_contract(run: dict) -> _Journaled:
                                        app_root=opts.get("app_root"))
     if contract is None:
         raise ConfigError(problems)
-    if contract.contract_sha256 != run["contract_sha256"]:
-        raise _refuse(
-            f"the registry {reg_path} changed since run {run_id} started (contract hash "
-            f"{contract.contract_sha256[:12]} != {run['contract_sha256'][:12]}); resume needs the same contract"
-        )
     plan_path = run["plan_path"]
     plan_file = plan_path if not plan_path.startswith("<") and os.path.isfile(plan_path) else None
     decl = load_plan(plan_file)[0] if plan_file is not None else None
     sub_id = opts.get("subagent") or (decl.subagent if decl is not None else None)
     if sub_id is None or sub_id not in contract.subagents:
         raise _refuse(f"the run's subagent is unknown: the plan file {plan_path} is gone or changed")
-    return _Journaled(run_id, opts, reg_path, contract, contract.subagents[sub_id], plan_path, plan_file, decl)
+    sub = contract.subagents[sub_id]
+    changed = contract.contract_sha256 != run["contract_sha256"]
+    if changed and not accept_change:
+        old = opts.get("tool_hashes") or {}
+        tools = {tid: t.contract_sha256 for tid, t in sub.tools.items()}
+        differ = {t for t in set(old) | set(tools) if old.get(t) != tools.get(t)} if old else set(tools)
+        left = _tools_left(store, run) if store is not None and run["mode"] != "routed" and old else None
+        hit = sorted(differ if left is None else differ & left)
+        if hit or not old:
+            named = ", ".join(hit[:10]) if hit else "its tools"
+            raise _refuse(f"the registry {reg_path} changed since run {run_id} started, for tools with calls left"
+                          f" to run: {named}; resume with --accept-contract-change to go on under the new contract")
+    return _Journaled(run_id, opts, reg_path, contract, sub, plan_path, plan_file, decl, changed)
+
+
+def _tools_left(store: Store, run: dict) -> set[str]:
+    """The tools of a batch run's calls that have no ok receipt yet."""
+    done = {r["seq"] for r in store.receipts_of(run["run_id"]) if r["status"] == "ok"}
+    return {tool for seq, _lane, _item, _ck, tool, _args, _sha in store.calls_of(run["run_id"]) if seq not in done}
 
 
 class _Rebuilder:
@@ -264,6 +279,7 @@ def prepare_resume(
     owner: str,
     lanes: IO[bytes] | None = None,
     lanes_name: str = "-",
+    accept_contract_change: bool = False,
 ) -> tuple[AdmittedPlan, dict]:
     """The plan to run again and what is already settled (for ``execute_plan(resume=...)``).
 
@@ -272,8 +288,8 @@ def prepare_resume(
     """
     if run["mode"] == "routed":
         return _prepare_routed(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
-                               owner=owner)
-    j = _load_contract(run)
+                               owner=owner, accept_contract_change=accept_contract_change)
+    j = _load_contract(run, store, accept_contract_change)
     child_plans: dict = {}
     if any(t.kind == "plan" for t in j.sub.tools.values()):  # the child plans its plan tools run
         import dataclasses
@@ -306,6 +322,7 @@ def prepare_resume(
         "journaled": settler.journaled + [child.seq for _parent, child in children],
         "children": children,
         "completion_start": ctx.sequence.completed,
+        "contract_changed": j.contract_changed,
     }
 
 
@@ -322,13 +339,13 @@ def admit_journaled(run: dict, j: _Journaled | None = None) -> AdmittedPlan:
 
 
 def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interrupted: bool,
-                    owner: str) -> tuple[AdmittedPlan, dict]:
+                    owner: str, accept_contract_change: bool = False) -> tuple[AdmittedPlan, dict]:
     """A routed run is resumed by replaying its journal: the plan is admitted again from its file,
     recorded model answers are reused and settled receipts kept (``engine/routed.py``)."""
-    j = _load_contract(run)
+    j = _load_contract(run, store, accept_contract_change)
     plan = admit_journaled(run, j)
     recording = prepare_routed_journal(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted)
-    return plan, {"owner": owner, "recording": recording}
+    return plan, {"owner": owner, "recording": recording, "contract_changed": j.contract_changed}
 
 
 def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = False,

@@ -103,12 +103,13 @@ class RoutedRunner:
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
-                 env: Any = None, parent_budget: Any = None):
+                 env: Any = None, parent_budget: Any = None, contract_changed: bool = False):
         assert plan.routed is not None
         self.plan = plan
         self.spec = plan.routed
         self.recording = recording
         self.parent_budget = parent_budget  # the parent loop's ledger, for a child run
+        self.contract_changed = contract_changed  # resumed with --accept-contract-change
         self.env = os.environ if env is None else env
         self.state = LoopState(seconds_used=recording.seconds_used if recording else 0.0)
         self.observations: list[Observation] = []
@@ -130,9 +131,12 @@ class RoutedRunner:
         if self.recording is not None and not self.recording.replay:
             session.store.clear_records(session.run_id)  # printed again as the loop replays
             session.store.reopen_run(session.run_id)
+            if self.contract_changed:
+                session.store.set_contract(session.run_id, plan.contract.contract_sha256)
             return
         plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
-        options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form()}
+        options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form(),
+                   "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}}
         if session.parent is not None:  # a child run: how its parent's resume finds it again
             options.update(parent_run_id=session.parent[0], parent_receipt_id=session.parent[1],
                            parent_seq=session.parent_seq, depth=session.depth, context=self.spec.context)
@@ -184,6 +188,8 @@ class RoutedRunner:
         status = {"final": "ok", "paused": "stopped", None: "interrupted"}.get(outcome, "failed")
         summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
                    "loop": self.state.summary(self.models.count)}
+        if self.contract_changed:
+            summary["contract_changed"] = True
         return RunnerEnd(stopped=outcome == "paused", status=status, summary=summary)
 
     async def _loop(self) -> tuple[str, Any]:

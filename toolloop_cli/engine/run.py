@@ -31,7 +31,8 @@ def journal_plan(session: RunSession, plan: AdmittedPlan) -> None:
         "plan_sha256": plan.plan_sha256, "registry_path": os.path.abspath(plan.registry_path),
         "contract_sha256": plan.contract.contract_sha256,
         "options": {"max_concurrency": plan.max_concurrency, "subagent": plan.subagent.id,
-                    "app_root": plan.contract.app_root, **session.options.journal_form()},
+                    "app_root": plan.contract.app_root, **session.options.journal_form(),
+                    "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}},
         "parallel_batch_id": ctx.config.parallel_batch_id, "total_calls": plan.total_calls,
         "lease_owner": session.owner,
     })
@@ -62,6 +63,8 @@ class LanesRunner:
             ctx.children.add(parent_seq, child)  # printed again right after its kept parent
         ctx.sequence.continue_from(resume.get("completion_start", 0))
         session.store.reopen_run(ctx.run_id)
+        if resume.get("contract_changed"):
+            session.store.set_contract(ctx.run_id, plan.contract.contract_sha256)
 
     async def __call__(self, session: RunSession) -> RunnerEnd:
         plan, resume = self.plan, self.resume
@@ -87,6 +90,8 @@ class LanesRunner:
             summary["rejected_lanes"] = state.rejected_lanes
             if state.rejected_lanes and not (state.halted or state.paused or state.interrupted):
                 failed = "failed"  # a lane that was not admitted is a failure of the run
+        if resume is not None and resume.get("contract_changed"):
+            summary["contract_changed"] = True
         return RunnerEnd(stopped=state.halted or bool(state.paused), status=failed, summary=summary)
 
 
@@ -134,5 +139,6 @@ def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions
         from .routed import RoutedRunner
 
         recording = replay if replay is not None else resume["recording"] if resume is not None else None
-        return session.run(RoutedRunner(plan, recording=recording))
+        return session.run(RoutedRunner(plan, recording=recording,
+                                        contract_changed=bool(resume and resume.get("contract_changed"))))
     return session.run(LanesRunner(plan, resume))

@@ -23,6 +23,9 @@ class HaltPolicy:
             return failed >= self.fail_count
         return total > 0 and failed * 100.0 >= (self.fail_percent or 0) * total
 
+    def journal_form(self) -> dict:
+        return {"when": self.when, "fail_count": self.fail_count, "fail_percent": self.fail_percent}
+
     @classmethod
     def parse(cls, text: str) -> "HaltPolicy":
         """Parse ``now,fail=3`` / ``soon,fail=10%``; raises ValueError with a usable message."""

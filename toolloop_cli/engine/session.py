@@ -56,8 +56,11 @@ class RunOptions:
     # one-line warnings for a person (a damaged cache entry): standard error in the CLI
     on_warning: Callable[[str], None] | None = None
 
+    order: str = "input"  # input | completion (run --order)
+
     def journal_form(self) -> dict:
         return {
+            "order": self.order,
             "halt": asdict(self.halt) if self.halt else None,
             "default_timeout_s": self.default_timeout_s,
             "no_cache": self.no_cache,
@@ -230,7 +233,8 @@ class RunSession:
             journal = self.journal = JournalWriter(self.store, self.emit, on_error=stop_on_writer_error,
                                                    after_batch=self.options.flush_output)
             self.settlement = Settlement(journal=journal, children=self.ctx.children, counts=state.counts,
-                                         on_emit=self.options.on_receipt)
+                                         on_emit=self.options.on_receipt,
+                                         completion_order=self.options.order == "completion")
             ending: list[RunnerEnd] = []
 
             async def main() -> None:

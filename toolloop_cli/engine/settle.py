@@ -9,6 +9,9 @@ A receipt is *settled* when its call has ended (or will never run). From there:
    only after its transaction), followed by the receipts of the calls it dispatched (depth first,
    in the order they finished), which are counted and committed at that moment.
 
+With ``completion_order`` (``--order completion``) step 3 is left out: each receipt is emitted as
+soon as it is committed; ``seq`` still gives the input order, and the journal is the same.
+
 Receipts kept from an earlier session of the run (``resume``) are counted and ordered with the
 new ones; those the journal already holds as they are are not committed again. Other record types
 (a routed loop's decisions, supervisor and guardrail records) are committed and emitted at once,
@@ -60,7 +63,7 @@ class Settlement:
 
     def __init__(self, sink: Sink | None = None, *, journal: Any = None, children: Children | None = None,
                  on_emit: Sink | None = None, record_sink: Callable[[dict], None] | None = None,
-                 counts: dict[str, int] | None = None):
+                 counts: dict[str, int] | None = None, completion_order: bool = False):
         self.counts = counts if counts is not None else {s: 0 for s in STATUSES}
         self.children = children if children is not None else Children()
         self.listeners: list[Sink] = []
@@ -73,6 +76,8 @@ class Settlement:
         self._order: list[int] | None = None
         self._pending: dict[int, Receipt | None] = {}
         self.emitted = 0
+        #: ``--order completion``: each receipt is emitted as soon as it is committed, not in input order
+        self.completion_order = completion_order
         self.handed = 0  # receipts handed on for output, dispatched ones included
         self._waiters: list[tuple[int, trio.Event]] = []
 
@@ -121,6 +126,11 @@ class Settlement:
         return self._order[self.emitted] if self.emitted < len(self._order) else None
 
     def _place(self, seq: int, receipt: Receipt | None) -> None:
+        if self.completion_order:
+            if receipt is not None:
+                self._emit(receipt)
+            self.emitted += 1
+            return
         self._pending[seq] = receipt
         nxt = self._next_seq()
         if nxt not in self._pending:
@@ -140,7 +150,7 @@ class Settlement:
 
     async def wait_for(self, count: int) -> None:
         """Return once at least ``count`` receipts have been emitted (the lookahead window)."""
-        if self.emitted >= count:
+        if self.emitted >= count or self.completion_order:
             return
         event = trio.Event()
         self._waiters.append((count, event))
