@@ -562,8 +562,8 @@ def test_non_callable_attribute():
 def test_exactly_one_of_callable_or_mcp():
     text = tool_registry(extra="mcp: {command: [server], allow: [x]}\n")
     _, problems = registry(text)
-    found(problems, "TL309", at=pos(text, "echo:"), message=("exactly one of 'callable' or 'mcp'", "found both"),
-          hint=("keep one",))
+    found(problems, "TL309", at=pos(text, "echo:"), message=("exactly one of 'callable', 'mcp' or 'plan'",
+                                                              "found callable and mcp"), hint=("keep one",))
     text = """
     version: 1
     subagents:
@@ -573,7 +573,7 @@ def test_exactly_one_of_callable_or_mcp():
           nothing: {description: No way to run it.}
     """
     _, problems = registry(text, "neither.yml")
-    found(problems, "TL309", file="neither.yml", at=pos(text, "nothing:"), message=("found neither",),
+    found(problems, "TL309", file="neither.yml", at=pos(text, "nothing:"), message=("found none of them",),
           hint=("callable:",))
 
 
@@ -770,12 +770,25 @@ def test_a_write_that_is_not_idempotent_may_not_be_retried_after_a_timeout():
               message=("'echo'", f"effect: {effect}", "never retried after a timeout"),
               hint=("remove timeout from retry.on", "idempotent: true"))
     # an idempotent write, and a read, may say so
-    for extra in ("effect: write\nidempotent: true\n", "effect: read\n"):
+    for extra in ("effect: write\nidempotent: true\napproval: required\n", "effect: read\n"):
         contract, problems = registry(tool_registry(extra=extra + "retry: {max_attempts: 3, on: [timeout]}\n"), "fine.yml")
         assert problems == [] and contract.subagents["w"].tools["echo"].retry.on == {"timeout"}
     # left to the default, such a write is retried after errors only
-    contract, problems = registry(tool_registry(extra="effect: write\nretry: {max_attempts: 3}\n"), "default.yml")
+    contract, problems = registry(tool_registry(extra="effect: write\napproval: required\nretry: {max_attempts: 3}\n"),
+                                  "default.yml")
     assert problems == [] and contract.subagents["w"].tools["echo"].retry.on == {"error"}
+
+
+@covers("TL353")
+def test_a_write_without_an_approval_gate_is_a_warning():
+    for effect in ("write", "destructive"):
+        text = tool_registry(extra=f"effect: {effect}\n")
+        contract, problems = registry(text, f"{effect}.yml")
+        assert contract is not None  # a warning: the registry still compiles
+        found(problems, "TL353", file=f"{effect}.yml", at=pos(text, f"effect: {effect}"), level="warning",
+              message=("'echo'", f"effect: {effect}", "no approval gate"), hint=("approval: required",))
+    _, problems = registry(tool_registry(extra="effect: write\napproval: {when: 'args.amount > 5'}\n"), "gated.yml")
+    assert [p.code for p in problems] == []
 
 
 @covers("TL360")
@@ -1245,3 +1258,49 @@ def test_mcp_server_that_cannot_start_or_lacks_an_allowed_tool():
     typo = by_tool["subagents.w.tools.clock.mcp"]
     assert "offers no tool 'get_current_tim'" in typo.message and "get_current_time" in typo.hint
     assert path.exists()
+
+
+@covers("TL315")
+def test_a_plan_tool_whose_file_is_not_a_plan(tmp_path):
+    text = """
+    version: 1
+    subagents:
+      w:
+        runner_defaults: {tool_timeout_s: 5}
+        tools:
+          agent: {plan: missing.yml, description: An agent.}
+    """
+    _, problems = registry(text)
+    found(problems, "TL315", at=pos(text, "missing.yml"), message=("plan tool 'agent'", "not a readable plan file"),
+          hint=("relative to the registry file",))
+
+
+@covers("TL422")
+def test_a_child_plan_past_max_depth_or_not_routed_rejects_its_parent(tmp_path):
+    import json
+
+    from conftest import APP, write
+    from toolloop_cli.errors import ConfigError
+    from toolloop_cli.plan.admit import admit_plan
+
+    write(tmp_path / "child.yml", "version: 1\nregistry: reg.yml\nsubagent: w\nmode: sequential\ncalls: []\n")
+    reg = write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          w:
+            runner_defaults: {{tool_timeout_s: 5, max_depth: 1}}
+            tools:
+              agent: {{plan: child.yml, description: An agent.}}
+    """)
+    plan = write(tmp_path / "plan.yml", json.dumps({"version": 1, "registry": str(reg), "subagent": "w",
+                                                    "mode": "sequential", "calls": [{"tool": "agent", "args": {}}]}))
+    with pytest.raises(ConfigError) as exc:
+        admit_plan(plan)
+    shown = exc.value.problems[0].file
+    assert shown.endswith("reg.yml")
+    found(exc.value.problems, "TL422", file=shown, at=(7, 7), message=("plan tool 'agent'", "not a routed plan"),
+          hint=("child plan",))
+    with pytest.raises(ConfigError) as exc:
+        admit_plan(plan, depth=1, max_depth=1)
+    found(exc.value.problems, "TL422", file=shown, at=(7, 7), message=("past runner_defaults.max_depth (1)",))

@@ -449,6 +449,11 @@ def _compile_tool(
         gate, err = compile_approval(t.approval.when)
         if err:
             col.add("TL350", err, at + ("approval", "when"), "write a CEL expression over 'args', e.g. args.amount > 200")
+    if t.effect in ("write", "destructive") and t.approval is None and t.mcp is None:
+        col.add("TL353", f"tool {quoted(tid)} has effect: {t.effect} and no approval gate: a model or a plan can"
+                " run it with no person asked", at + ("effect",) if "effect" in t.model_fields_set else at,
+                "add approval: {when: ...} or approval: required, or accept it with # toolloop: ignore[TL353]",
+                level="warning", at_key=True)
     if failed or sum(p.level == "error" for p in col.problems) > errors_before:
         return None
     retry = NO_RETRY
