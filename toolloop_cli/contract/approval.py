@@ -23,13 +23,27 @@ class ApprovalGate:
         self.text = text
         self._program = env.program(env.compile(text))
 
-    def matches(self, args: dict, effect: str) -> bool:
+    def _evaluate(self, args: dict, effect: str) -> object:
         cel = self._celpy
-        result = self._program.evaluate({"args": cel.json_to_cel(args), "effect": cel.json_to_cel(effect)})
+        try:
+            return self._program.evaluate({"args": cel.json_to_cel(args), "effect": cel.json_to_cel(effect)})
+        except Exception as exc:  # noqa: BLE001 - the CEL evaluator's own errors
+            return exc
+
+    def matches(self, args: dict, effect: str) -> bool:
+        result = self._evaluate(args, effect)
         if isinstance(result, Exception):
             # an expression that cannot be evaluated on these args gates the call (fail closed)
             return True
         return bool(result)
+
+    def explain(self, args: dict, effect: str) -> str | None:
+        """Why the expression could not be evaluated for these arguments (the call is gated), or None."""
+        result = self._evaluate(args, effect)
+        if isinstance(result, Exception):
+            text = str(result).strip().splitlines()[0] if str(result).strip() else type(result).__name__
+            return f"the approval expression could not be evaluated ({text[:200]}), so the call waits for a person"
+        return None
 
 
 class RequiredGate:
