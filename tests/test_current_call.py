@@ -20,9 +20,10 @@ def test_outside_a_call_it_says_so():
         current_call()
 
 
-@pytest.mark.parametrize("fn", ["who_sync", "who_trio", "who_asyncio"])
-def test_every_worker_kind_sees_its_call(tmp_path, fn):
-    plan = admitted(tmp_path, {"w": itool(fn)},
+@pytest.mark.parametrize("fn, extra", [("who_sync", {}), ("who_trio", {}), ("who_asyncio", {}),
+                                       ("who_sync", {"isolation": "process"})])
+def test_every_worker_kind_sees_its_call(tmp_path, fn, extra):
+    plan = admitted(tmp_path, {"w": itool(fn, **extra)},
                     lanes=[{"item_key": "doc-1", "calls": [{"call_key": "first", "tool": "w", "args": {}}]}])
     got, _, _ = run_plan(plan, mock=False)
     result = got[0]["result"]

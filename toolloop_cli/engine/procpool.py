@@ -135,17 +135,27 @@ def _load(resolved: dict, ref: str, app_root: str) -> bytes:
     return pickle.dumps(("ok", None))
 
 
-def _call(resolved: dict, ref: str, app_root: str, args: dict, cap: int | None) -> bytes:
+def _call(resolved: dict, ref: str, app_root: str, args: dict, cap: int | None, ident: tuple | None = None) -> bytes:
     fn = resolved.get((ref, app_root))
     if fn is None:  # not loaded first: load now
         loaded = _load(resolved, ref, app_root)
         fn = resolved.get((ref, app_root))
         if fn is None:
             return loaded
+    token = None
+    if ident is not None:  # current_call() inside the callable: the call's identity, sent with it
+        from .identity import CallIdentity, set_current
+
+        token = set_current(CallIdentity(*ident))
     try:
         return _reply(fn(**args), cap)
     except BaseException as exc:  # noqa: BLE001 - App failures, whatever they are, become replies
         return _failed(exc)
+    finally:
+        if token is not None:
+            from .identity import reset_current
+
+            reset_current(token)
 
 
 def _serve(requests: int, replies: int) -> None:
@@ -238,10 +248,10 @@ class Worker:
             raise ToolRaised(reply[1], reply[2])
         self.loaded.add(ref)
 
-    async def request(self, ref: str, args: dict, cap: int | None) -> Any:
+    async def request(self, ref: str, args: dict, cap: int | None, ident: tuple | None = None) -> Any:
         from .executors.failure import ToolRaised
 
-        reply = await self._exchange(("call", ref, self.app_root, args, cap))
+        reply = await self._exchange(("call", ref, self.app_root, args, cap, ident))
         if reply[0] == "ok":
             return reply[1]
         if reply[0] == "error":
@@ -360,13 +370,13 @@ class ProcessPool:
                                     f"importing module '{module}' in a worker process took longer than {limit:g}s")
         return (worker, None) if failure is None else (None, failure)
 
-    async def call(self, worker: Worker, ref: str, args: dict, cap: int | None) -> Any:
+    async def call(self, worker: Worker, ref: str, args: dict, cap: int | None, ident: tuple | None = None) -> Any:
         """Run one call on ``worker``; a call that does not complete ends the worker."""
         import trio
 
         done = False
         try:
-            value = await worker.request(ref, args, cap)
+            value = await worker.request(ref, args, cap, ident)
             done = True
         except (WorkerFailure, WorkerOutputRejected) as exc:
             done = _kept(worker, exc)
