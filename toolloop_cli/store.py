@@ -841,40 +841,46 @@ class JournalWriter:
             if self.on_error is not None:
                 self.on_error(exc)
 
+    def _next_batch(self) -> list:
+        batch = [self._q.get()]
+        while len(batch) < self.max_batch:
+            try:
+                batch.append(self._q.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
     def _commit_loop(self) -> None:
-        q = self._q
         while True:
-            batch = [q.get()]
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(q.get_nowait())
-                except queue.Empty:
-                    break
+            batch = self._next_batch()
             stop = any(b is self._STOP for b in batch)
             syncs = [b[1] for b in batch if b is not self._STOP and b[0] == self._SYNC]
             items = [b for b in batch if b is not self._STOP and b[0] != self._SYNC]
             if items and self.commit_error is None:
-                records = [r for kind, r in items if kind & self._COMMIT]
-                others = [r for kind, r in items if kind in (self._OTHER, self._OTHER_QUIET)]
-                try:
-                    if others:
-                        self.store.put_records(records, others)
-                    elif records:
-                        self.store.put_receipts(records)
-                except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
-                    self.commit_error = exc
-                    self._fail(exc)
-                else:
-                    self.committed += len(records)
-                    out = [r if kind != self._OTHER else r[0] for kind, r in items
-                           if kind & self._EMIT or kind == self._OTHER]
-                    if out:
-                        self._out.put(out)
+                self._commit(items)
             for done in syncs:
                 done.set()
             if stop:
                 self._out.put(self._STOP)
                 return
+
+    def _commit(self, items: list) -> None:
+        """Commit one batch in one transaction; then hand on, in order, what is to be printed."""
+        records = [r for kind, r in items if kind & self._COMMIT]
+        others = [r for kind, r in items if kind in (self._OTHER, self._OTHER_QUIET)]
+        try:
+            if others:
+                self.store.put_records(records, others)
+            elif records:
+                self.store.put_receipts(records)
+        except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
+            self.commit_error = exc
+            self._fail(exc)
+            return
+        self.committed += len(records)
+        out = [r if kind != self._OTHER else r[0] for kind, r in items if kind & self._EMIT or kind == self._OTHER]
+        if out:
+            self._out.put(out)
 
     def _emit_loop(self) -> None:
         while True:

@@ -89,16 +89,23 @@ def _load_contract(run: dict, store: Store | None = None, accept_change: bool = 
     sub = contract.subagents[sub_id]
     changed = contract.contract_sha256 != run["contract_sha256"]
     if changed and not accept_change:
-        old = opts.get("tool_hashes") or {}
-        tools = {tid: t.contract_sha256 for tid, t in sub.tools.items()}
-        differ = {t for t in set(old) | set(tools) if old.get(t) != tools.get(t)} if old else set(tools)
-        left = _tools_left(store, run) if store is not None and run["mode"] != "routed" and old else None
-        hit = sorted(differ if left is None else differ & left)
-        if hit or not old:
-            named = ", ".join(hit[:10]) if hit else "its tools"
-            raise _refuse(f"the registry {reg_path} changed since run {run_id} started, for tools with calls left"
-                          f" to run: {named}; resume with --accept-contract-change to go on under the new contract")
+        _refuse_change(run, sub, store)
     return _Journaled(run_id, opts, reg_path, contract, sub, plan_path, plan_file, decl, changed)
+
+
+def _refuse_change(run: dict, sub: Any, store: Store | None) -> None:
+    """Refuse a changed registry when a tool that changed has calls left to run (a routed run, or
+    a run journaled without its tools' hashes: any change)."""
+    old = (run["options"] or {}).get("tool_hashes") or {}
+    tools = {tid: t.contract_sha256 for tid, t in sub.tools.items()}
+    differ = {t for t in set(old) | set(tools) if old.get(t) != tools.get(t)} if old else set(tools)
+    left = _tools_left(store, run) if store is not None and run["mode"] != "routed" and old else None
+    hit = sorted(differ if left is None else differ & left)
+    if hit or not old:
+        named = ", ".join(hit[:10]) if hit else "its tools"
+        raise _refuse(f"the registry {run['registry_path']} changed since run {run['run_id']} started, for tools with"
+                      f" calls left to run: {named}; resume with --accept-contract-change to go on under the new"
+                      " contract")
 
 
 def _tools_left(store: Store, run: dict) -> set[str]:
