@@ -271,3 +271,15 @@ def test_toolloop_call_applies_gates_like_run(tmp_path, model_server, cli):
     assert f"toolloop approve {rid} 0 --approve|--reject" in paused.stderr.decode()
     assert cli("approve", rid, "0", "--approve").returncode == 0
     assert cli("resume", rid).returncode == 0 and open(target).read() == "ran\n"
+
+
+def test_many_paused_calls_get_one_line(tmp_path, model_server, cli):
+    setup(tmp_path, model_server)
+    lanes = [{"item_key": f"l{i}", "calls": [{"tool": "write_file", "args": {"path": str(tmp_path / f"f{i}")}}]}
+             for i in range(8)]
+    p = write(tmp_path / "many.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "t",
+                                                 "mode": "parallel", "max_concurrency": 4, "lanes": lanes}))
+    proc = cli("run", str(p))
+    err = proc.stderr.decode()
+    assert proc.returncode == 4 and "8 calls wait for approval: toolloop approvals list" in err
+    assert "waits for approval" not in err

@@ -29,6 +29,10 @@ def private_stdout() -> IO[bytes]:
     return os.fdopen(fd, "wb", buffering=1 << 16)
 
 
+#: at most this many paused calls get a line of their own on standard error
+PAUSED_NOTICES = 5
+
+
 class Order(str, Enum):
     input = "input"
     completion = "completion"
@@ -243,7 +247,12 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         notice(f"interrupted; resume with: toolloop resume {result.summary['run_id']}")
     elif result.summary["status"] == "stopped":
         rid = result.summary["run_id"]
-        for item_key, call_key, child_run_id in result.state.paused:
+        paused = result.state.paused
+        if len(paused) > PAUSED_NOTICES:  # many gated calls: one line, and where to see them all
+            notice(f"{len(paused)} calls wait for approval: toolloop approvals list {rid};"
+                   f" answer them all with toolloop approve {rid} --all-pending --approve|--reject")
+            paused = []
+        for item_key, call_key, child_run_id in paused:
             where = f"call {call_key}{f' (lane {item_key})' if item_key else ''}"
             if child_run_id is not None:
                 notice(f"{where} runs child run {child_run_id}, which waits: see toolloop approvals list {child_run_id}")
