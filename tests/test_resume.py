@@ -113,7 +113,7 @@ def test_a_changed_registry_is_refused(cli, tmp_path):
     r = cli("resume", run_id, "--retry-failed")
     assert r.returncode == 3
     err = r.stderr.decode()
-    assert "TL370" in err and f"changed since run {run_id} started" in err and "resume needs the same contract" in err
+    assert "TL370" in err and f"changed since run {run_id} started" in err and "--accept-contract-change" in err
     assert err.endswith(f"toolloop: run {run_id} cannot be resumed; nothing ran\n")
     assert r.stdout == b""
     assert read_log(log) == ["f"]

@@ -161,7 +161,14 @@ def run(
         if lanes_stream is not None and lanes_stream is not sys.stdin.buffer and not stream:
             lanes_stream.close()
     if admitted.warnings:
-        print_findings(admitted.warnings)
+        from ..lint.suppress import Suppressor, load_settings
+
+        try:  # warnings the registry accepts (inline or pyproject.toml ignores) are not repeated by run
+            settings = load_settings()
+            shown = Suppressor(settings.ignore).keep(admitted.warnings)
+        except Exception:  # noqa: BLE001 - a bad pyproject setting is validate's to report
+            shown = admitted.warnings
+        print_findings(shown)
     if dry_run:
         from ..engine.dryrun import dry_run_records
 
