@@ -365,6 +365,16 @@ def check_findings(problems: list[Problem]) -> None:
     assert text.count("\n") == len(problems)
 
 
+def check_validate(path: Path) -> None:
+    """What ``toolloop validate PATH`` does: tell the file's kind, then check it as ``run`` would."""
+    from toolloop_cli.lint.check import Checker, Flags
+    from toolloop_cli.lint.discover import discover
+
+    found = discover([path])
+    report = Checker(Flags()).check(found.targets)
+    check_findings(found.problems + report.problems)
+
+
 def check_registry(folder: Path, document: str) -> None:
     path = folder / "fuzz-registry.yml"
     path.write_text(document, encoding="utf-8", errors="surrogatepass")
@@ -373,6 +383,7 @@ def check_registry(folder: Path, document: str) -> None:
     assert (contract is None) == any(p.level == "error" for p in problems)
     if contract is not None:
         contract.tool_hashes()
+    check_validate(path)
 
 
 def write_base(folder: Path) -> None:
@@ -386,6 +397,8 @@ def check_plan(folder: Path, document: str, lanes_in: bytes | None = None, strea
     path.write_text(document, encoding="utf-8", errors="surrogatepass")
     decl, col = load_plan(path)
     check_findings(col.problems)
+    if lanes_in is None:
+        check_validate(path)
     try:
         admitted = admit_plan(path, lanes=None if lanes_in is None else io.BytesIO(lanes_in), lanes_name="lanes.jsonl",
                               stream=stream)

@@ -289,7 +289,7 @@ def test_an_unexpected_exception_is_one_line_naming_an_internal_error_exit_70(tm
     err = proc.stderr.decode()
     assert proc.returncode == 70
     assert err.count("\n") == 1 and "Traceback" not in err and "hunter2" not in err
-    assert err.startswith("toolloop: internal error: KeyError at toolloop_cli/")
+    assert re.match(r"toolloop: internal error: KeyError at toolloop_cli/[a-z_/]+\.py:\d+ \(", err), err
     assert "TOOLLOOP_DEBUG=1" in err and "a bug in toolloop" in err
     proc = subprocess.run([sys.executable, "with_a_bug.py", "validate", "reg.yml"], cwd=tmp_path,
                           env={**env, "TOOLLOOP_DEBUG": "1"}, capture_output=True, timeout=120)

@@ -108,6 +108,12 @@ def test_the_journal_and_the_record_writers_keep_wide_integers():
     writer.close()
     assert json.loads(out.getvalue()) == [record]
     assert _cell({"n": WIDE}) == '{"n":18446744073709551616}'
+    # a table of approval requests shows their arguments as JSON, wide integers included
+    from toolloop_cli.render.records import _plain
+    from toolloop_cli.render.tables import record_columns
+
+    (col,) = [c for c in record_columns([{"type": "approval", "args": {"n": WIDE}}], _plain) if c.header == "args"]
+    assert col.cells == ['{"n":18446744073709551616}']
 
 
 # ---------------------------------------------------------------------------------------------

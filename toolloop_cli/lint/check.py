@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._text import excerpt
 from ..contract.problems import Problem
 from .discover import Target
 
@@ -78,9 +79,13 @@ class Checker:
             col.add("TL412", "the plan names no registry", (), "add 'registry: path/to/registry.yml' or pass --registry")
             self._add(col.problems)
             return
-        if not Path(reg_path).is_file():
+        try:
+            found = Path(reg_path).is_file()
+        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+            found = False
+        if not found:
             given = "--registry" if self.flags.registry is not None else "registry"
-            col.add("TL412", f"registry not found: {reg_path}", ("registry",) if given == "registry" else (),
+            col.add("TL412", f"registry not found: {excerpt(reg_path)}", ("registry",) if given == "registry" else (),
                     "fix the path (relative to the plan file) or pass --registry")
             self._add(col.problems)
             return

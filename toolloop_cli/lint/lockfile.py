@@ -76,6 +76,8 @@ def write_lock(registry: Path, contract: Any) -> tuple[Path, dict]:
 def drift(registry: Path, contract: Any) -> list[Problem]:
     """TL370 for every tool, subagent default and setting that changed since the lock was
     written, at its place in the registry; TL371 when there is no readable entry."""
+    from .._text import quoted
+    from ..contract.problems import json_path
     from ..contract.registry import display_path, load_document
 
     lock_path = registry.parent / LOCK_NAME
@@ -99,7 +101,7 @@ def drift(registry: Path, contract: Any) -> list[Problem]:
 
     def add(message: str, path: tuple) -> None:
         line, col = smap.position(path, at_key=True)
-        out.append(Problem("TL370", message, smap.file, line, col, ".".join(str(p) for p in path),
+        out.append(Problem("TL370", message, smap.file, line, col, json_path(path),
                            hint=f"review the change, then {relock}"))
 
     if "settings" in locked and locked["settings"] != now["settings"]:
@@ -107,24 +109,24 @@ def drift(registry: Path, contract: Any) -> list[Problem]:
     locked_subs = locked.get("subagents")
     for sid, digest in now["subagents"].items():
         if locked_subs is None:
-            add(f"runner_defaults of subagent '{sid}' are not in {shown} (written by an older toolloop)",
+            add(f"runner_defaults of subagent {quoted(sid)} are not in {shown} (written by an older toolloop)",
                 ("subagents", sid))
         elif sid not in locked_subs:
-            add(f"subagent '{sid}' is not in {shown} (added since the lock was written)", ("subagents", sid))
+            add(f"subagent {quoted(sid)} is not in {shown} (added since the lock was written)", ("subagents", sid))
         elif locked_subs[sid] != digest:
-            add(f"runner_defaults of subagent '{sid}' (allowed_tools, max_calls, timeouts) changed since"
+            add(f"runner_defaults of subagent {quoted(sid)} (allowed_tools, max_calls, timeouts) changed since"
                 f" {shown} was written", ("subagents", sid, "runner_defaults"))
     for sid in sorted(set(locked_subs or {}) - set(now["subagents"])):
-        add(f"subagent '{sid}' is in {shown} but no longer in the registry", ("subagents",))
+        add(f"subagent {quoted(sid)} is in {shown} but no longer in the registry", ("subagents",))
     locked_tools, current = locked["tools"], now["tools"]
     for name in sorted(set(current) | set(locked_tools)):
         sid, _, tid = name.partition("/")
         if name not in locked_tools:
-            msg = f"tool '{name}' is not in {shown} (added since the lock was written)"
+            msg = f"tool {quoted(name)} is not in {shown} (added since the lock was written)"
         elif name not in current:
-            msg = f"tool '{name}' is in {shown} but no longer in the registry"
+            msg = f"tool {quoted(name)} is in {shown} but no longer in the registry"
         elif locked_tools[name] != current[name]:
-            msg = f"tool '{name}' changed since {shown} was written"
+            msg = f"tool {quoted(name)} changed since {shown} was written"
         else:
             continue
         add(msg, ("subagents", sid, "tools", tid))

@@ -269,7 +269,7 @@ def admit_plan(
     except (OSError, ValueError):  # a name too long for the file system, a NUL byte
         found = False
     if not found:
-        col.add("TL412", f"registry not found: {quoted(reg_path)}", ("registry",), "fix the path (relative to the plan file) or pass --registry")
+        col.add("TL412", f"registry not found: {excerpt(reg_path)}", ("registry",), "fix the path (relative to the plan file) or pass --registry")
         raise ConfigError(col.problems)
     contract, reg_problems = load_registry(reg_path, default_timeout_s=default_timeout_s, app_root=app_root)
     if contract is None:

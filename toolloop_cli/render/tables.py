@@ -148,9 +148,9 @@ def record_columns(records: list[dict], cell: Any) -> list[Col]:
     for i, k in enumerate(keys):
         values = [rec.get(k) for rec in records]
         if k == "args":  # as JSON (not as counts, which a mapping of numbers would look like)
-            import orjson
+            from .._json import dumps
 
-            values = ["(withheld)" if rec.get("args_withheld") else None if v is None else orjson.dumps(v).decode()
+            values = ["(withheld)" if rec.get("args_withheld") else None if v is None else dumps(v).decode()
                       for rec, v in zip(records, values)]
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
         shown = [cell(short_time(v) if k in TIME_KEYS else short_path(v) if k in PATH_KEYS else v) for v in values]
