@@ -49,6 +49,14 @@ async def where_trio():
     return {"pid": os.getpid()}
 
 
+def who():
+    from toolloop_cli import current_call
+
+    me = current_call()
+    return {"run_id": me.run_id, "seq": me.seq, "attempt": me.attempt, "key": me.idempotency_key,
+            "labels": dict(me.labels)}
+
+
 def pid_file(path, seconds):
     with open(path, "w") as fh:
         fh.write(str(os.getpid()))
@@ -218,15 +226,21 @@ def test_receipts_are_those_of_a_local_run_apart_from_times_and_ids(tmp_path, cl
 
 
 def test_calls_run_in_ray_workers_isolated_ones_each_in_a_process_of_its_own(tmp_path, cluster, rayapp):
+    from toolloop_cli.engine.identity import idempotency_key
+
     tools = {"where": app_tool("where"), "iso": app_tool("where", isolation="process"),
-             "trio": app_tool("where_trio")}
+             "trio": app_tool("where_trio"), "who": app_tool("who")}
     lanes = [{"item_key": "s", "calls": [{"tool": "where", "args": {"n": i}} for i in range(3)]},
              {"item_key": "i", "calls": [{"tool": "iso", "args": {"n": i}} for i in range(3)]},
-             {"item_key": "t", "calls": [{"tool": "trio", "args": {}}]}]
+             {"item_key": "t", "calls": [{"tool": "trio", "args": {}}, {"tool": "who", "args": {}}]}]
     got, summary = run_in_process(app_plan(tmp_path, rayapp, tools, lanes), tmp_path / "state", executor="ray",
                                   ray_address=cluster)
     assert summary["status"] == "ok", got
-    pids = {t: [r["result"]["pid"] for r in got if r["tool"] == t] for t in tools}
+    who = next(r for r in got if r["tool"] == "who")
+    # current_call() in the worker: the identity the head gave the call, out of band
+    assert who["result"] == {"run_id": summary["run_id"], "seq": who["seq"], "attempt": 1,
+                             "key": idempotency_key(summary["run_id"], who["seq"]), "labels": {}}
+    pids = {t: [r["result"]["pid"] for r in got if r["tool"] == t] for t in ("where", "iso", "trio")}
     assert os.getpid() not in pids["where"] + pids["iso"]
     assert len(set(pids["iso"])) == 3  # max_calls=1: a fresh worker process for every call
     assert pids["trio"] == [os.getpid()]  # trio callables stay in the head
@@ -362,7 +376,8 @@ def test_without_ray_installed_the_flag_is_a_usage_error_with_the_install_line(t
     plan = str(ROOT / "plans" / "parallel.yml")
     proc = cli("run", plan, "--executor", "ray", "--format", "jsonl", env=env)
     assert proc.returncode == 2 and proc.stdout == b""
-    assert "pip install 'toolloop-cli[ray]'" in proc.stderr.decode().splitlines()
+    assert proc.stderr.decode().splitlines() == [
+        "toolloop: error: --executor ray needs Ray, which is not installed here: pip install 'toolloop-cli[ray]'"]
     assert jsonl(cli("runs", "list", "--format", "jsonl").stdout) == []  # nothing was journaled
     local = cli("run", plan, "--format", "jsonl", env=env)  # the default never imports ray
     assert local.returncode == 0 and jsonl(local.stdout)[-1]["executor"] == "local"

@@ -167,7 +167,7 @@ def run(
             store.close()
         print_findings(exc.problems)
         sys.stderr.write(f"toolloop: plan rejected ({sum(p.level == 'error' for p in exc.problems)} error(s)); nothing ran\n")
-        write_rejected_summary(format, plan, started)
+        write_rejected_summary(format, plan, started, executor=executor.value)
         raise typer.Exit(3)
     finally:
         if lanes_stream is not None and lanes_stream is not sys.stdin.buffer and not stream:

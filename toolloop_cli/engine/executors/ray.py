@@ -24,6 +24,7 @@ calls in flight, which the lanes bound (``max_concurrency``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -54,8 +55,7 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UsageError("--executor ray needs Ray, which is not installed; install the extra with:\n"
-                         + INSTALL_LINE) from None
+        raise UsageError(f"--executor ray needs Ray, which is not installed here: {INSTALL_LINE}") from None
     return ray
 
 
@@ -80,9 +80,10 @@ def _reply(value: Any, cap: int) -> tuple:
     return ("ok", value) if size is None else ("too_large", size)
 
 
-def toolloop_call(ref: str, args: dict, is_async: bool, cap: int) -> Any:
+def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict | None) -> Any:
     """One call in a Ray worker: import the callable, report the start (the process id), call it,
-    report the reply. Never raises for the App's failures."""
+    report the reply. Never raises for the App's failures. ``current_call()`` gives ``identity``
+    where the worker can import toolloop (an App that uses it has it installed)."""
     import importlib
     import os
 
@@ -95,8 +96,16 @@ def toolloop_call(ref: str, args: dict, is_async: bool, cap: int) -> Any:
         yield os.getpid()
         yield ("error", type(exc).__name__, f"cannot import '{ref}' in the Ray worker: {exc}")
         return
+    token = current = None
+    if identity is not None:
+        try:
+            from toolloop_cli.engine import identity as current
+        except ImportError:
+            current = None
     yield os.getpid()
     try:
+        if current is not None:
+            token = current.set_current(current.CallIdentity(**identity))
         value = fn(**args)
         if is_async:
             import asyncio
@@ -105,12 +114,15 @@ def toolloop_call(ref: str, args: dict, is_async: bool, cap: int) -> Any:
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are App failures too
         yield ("error", type(exc).__name__, str(exc) or type(exc).__name__)
         return
+    finally:
+        if token is not None:
+            current.reset_current(token)
     yield _reply(value, cap)
 
 
-def toolloop_call_isolated(ref: str, args: dict, is_async: bool, cap: int) -> Any:
+def toolloop_call_isolated(ref: str, args: dict, is_async: bool, cap: int, identity: dict | None) -> Any:
     """``toolloop_call`` in a worker process of its own (``isolation: process``)."""
-    yield from toolloop_call(ref, args, is_async, cap)
+    yield from toolloop_call(ref, args, is_async, cap, identity)
 
 
 # ------------------------------------------------------------------------------- in the head
@@ -299,7 +311,7 @@ class RayExecutor:
         worker and importing the App are not the call's time."""
         ray = self.connection.ray
         try:
-            task = _Task(ray, self._function(tool).remote(tool.ref, args, tool.is_async, self.cap))
+            task = _Task(ray, self._function(tool).remote(tool.ref, args, tool.is_async, self.cap, _identity()))
         except Exception as exc:  # noqa: BLE001 - Ray refused the submission
             raise OSError(f"Ray refused the task: {_first_line(exc)}") from None
         try:
@@ -342,6 +354,17 @@ class RayExecutor:
             raise WorkerOutputRejected("not_json", "result cannot leave the worker process: "
                                        f"{type(cause).__name__}: {_first_line(cause)}")
         raise WorkerLost(f"the Ray worker running this call was lost ({type(exc).__name__}: {_first_line(exc)})")
+
+
+def _identity() -> dict | None:
+    """The running call's identity (``current_call()``), as plain data for the worker."""
+    from ..identity import current_call
+
+    try:
+        ident = current_call()
+    except LookupError:
+        return None
+    return {f.name: getattr(ident, f.name) for f in dataclasses.fields(ident)} | {"labels": dict(ident.labels)}
 
 
 def _error_of(reply: Any) -> BaseException | None:
