@@ -112,7 +112,11 @@ def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict
 
             value = asyncio.run(value)
     except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are App failures too
-        yield ("error", type(exc).__name__, str(exc) or type(exc).__name__)
+        try:
+            message = str(exc)
+        except BaseException:  # noqa: BLE001 - an App's __str__ may raise anything
+            message = ""
+        yield ("error", type(exc).__name__, message or type(exc).__name__)
         return
     finally:
         if token is not None:
@@ -337,7 +341,8 @@ class RayExecutor:
         return self._value(task.reply)
 
     def _value(self, reply: Any) -> Any:
-        from ..procpool import WorkerFailure, WorkerOutputRejected
+        from ..procpool import WorkerOutputRejected
+        from .failure import ToolRaised
 
         exc = _error_of(reply)
         if exc is None:
@@ -345,7 +350,7 @@ class RayExecutor:
             if kind == "ok":
                 return rest[0]
             if kind == "error":
-                raise WorkerFailure(rest[0], rest[1])
+                raise ToolRaised(rest[0], rest[1])
             raise WorkerOutputRejected("output_too_large", f"result dropped: {rest[0]} bytes or more exceed the"
                                        f" output cap of {self.cap} bytes (--max-output-bytes)")
         ray_errors = self.connection.ray.exceptions
