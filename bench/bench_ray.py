@@ -13,7 +13,7 @@ connects once, shipping the bench App, and runs in that one job:
 
 Then the same CPU-bound plan with ``--executor local`` and ``isolation: process`` (warm worker
 processes of the head, -j 2), and the head's peak memory for a streamed plan of ``--lanes`` and
-4 x ``--lanes`` no-op lanes through Ray (``run --lanes FILE --stream``, measured by wait4).
+4 x ``--lanes`` no-op lanes (``run --lanes FILE --stream``, measured by wait4), through Ray and locally.
 Ratios are against the bare figure measured in the same run.
 
 Usage: python bench/bench_ray.py [--calls 300] [--cpu-calls 24] [--burn 0.2] [--lanes 1000]
@@ -153,17 +153,21 @@ def on_cluster(cpus: int, files: dict, args: argparse.Namespace, state: Path) ->
             out["address"] = ray.get_runtime_context().gcs_address
             out["memory"] = {n: peak_rss(files, state / f"stream{n}", n, out["address"]) for n in
                              (args.lanes, 4 * args.lanes)}
+            out["memory_local"] = {n: peak_rss(files, state / f"stream_local{n}", n, None) for n in
+                                   (args.lanes, 4 * args.lanes)}
         return out
     finally:
         ray.shutdown()
 
 
-def peak_rss(files: dict, state: Path, lanes: int, address: str) -> tuple[float, float]:
-    """Peak resident memory (MB) of ``toolloop run --lanes FILE --stream --executor ray`` and its
-    wall time (s)."""
+def peak_rss(files: dict, state: Path, lanes: int, address: str | None) -> tuple[float, float]:
+    """Peak resident memory (MB) of ``toolloop run --lanes FILE --stream`` on the Ray cluster at
+    ``address`` (None: ``--executor local``) and its wall time (s)."""
     lanes_file = files["stream"].parent / f"lanes{lanes}.jsonl"
     cmd = [sys.executable, "-m", "toolloop_cli", "run", str(files["stream"]), "--lanes", str(lanes_file), "--stream",
-           "--executor", "ray", "--ray-address", address, "--format", "jsonl", "--state-dir", str(state)]
+           "--format", "jsonl", "--state-dir", str(state)]
+    if address is not None:
+        cmd += ["--executor", "ray", "--ray-address", address]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -206,10 +210,11 @@ def main() -> None:
     row("  the same, isolation: process (a worker per call)", two["bare_cpu"], two["toolloop_cpu_iso"], "/s")
     row("  1 Ray worker, isolation: process", one["bare_cpu"], one["toolloop_cpu_iso"], "/s")
     row("CPU-bound, --executor local, isolation: process, -j 2", two["bare_cpu"], local, "/s")
-    (small_mb, small_s), (big_mb, big_s) = two["memory"][args.lanes], two["memory"][4 * args.lanes]
-    print(f"\nhead peak memory, streamed no-op lanes through Ray (-j 8): {args.lanes} lanes {small_mb:.0f} MB"
-          f" ({small_s:.1f} s), {4 * args.lanes} lanes {big_mb:.0f} MB ({big_s:.1f} s):"
-          f" {(big_mb - small_mb) * 1024 / (3 * args.lanes):.2f} KB a lane")
+    print("\nhead peak memory, streamed no-op lanes (run --lanes FILE --stream, -j 8):")
+    for name, key in (("--executor ray", "memory"), ("--executor local", "memory_local")):
+        (small_mb, small_s), (big_mb, big_s) = two[key][args.lanes], two[key][4 * args.lanes]
+        print(f"  {name:<17} {args.lanes} lanes {small_mb:.0f} MB ({small_s:.1f} s), {4 * args.lanes} lanes"
+              f" {big_mb:.0f} MB ({big_s:.1f} s): {(big_mb - small_mb) * 1024 / (3 * args.lanes):.2f} KB a lane")
 
 
 if __name__ == "__main__":

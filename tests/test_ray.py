@@ -393,3 +393,5 @@ def test_a_cluster_that_cannot_be_reached_is_an_error_and_journals_nothing(tmp_p
     assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in proc.stderr.decode()
     assert "Traceback" not in proc.stderr.decode()
     assert jsonl(cli("runs", "list", "--format", "jsonl").stdout) == []
+    client = cli("run", str(ROOT / "plans" / "parallel.yml"), "--executor", "ray", "--ray-address", "ray://h:10001")
+    assert client.returncode == 2 and "Ray Client addresses (ray://) are not supported" in client.stderr.decode()
