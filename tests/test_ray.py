@@ -297,19 +297,30 @@ def test_a_worker_lost_during_a_write_is_interrupted_and_resume_runs_it_once(tmp
 # --- back-pressure ------------------------------------------------------------------------------
 
 
-def test_source_limits_hold_across_the_cluster(tmp_path, cluster, rayapp):
-    log = tmp_path / "log"
-    tools = {"one": app_tool("bounded", concurrency={"max_in_flight": 1})}
-    lanes = [{"item_key": str(i), "calls": [{"tool": "one", "args": {"log": str(log), "key": str(i),
-                                                                       "seconds": 0.2}}]} for i in range(4)]
-    got, summary = run_in_process(app_plan(tmp_path, rayapp, tools, lanes, mc=4), tmp_path / "state",
-                                  executor="ray", ray_address=cluster)
-    assert summary["status"] == "ok", got
+def one_at_a_time(log: Path, calls: int) -> None:
+    """Every start in ``log`` is followed by its own end: never two calls at once."""
     lines = log.read_text().split("\n")[:-1]
-    # one call at a time on a cluster with room for two: every start is followed by its own end
-    assert len(lines) == 8
+    assert len(lines) == 2 * calls
     for start, end in zip(lines[::2], lines[1::2]):
         assert start.startswith("start ") and end == "end " + start.split()[1], lines
+
+
+def test_source_limits_and_max_concurrency_hold_across_the_cluster(tmp_path, cluster, rayapp):
+    # the cluster has room for two calls at once: the head is what keeps them to one
+    limited, bounded = tmp_path / "limited.log", tmp_path / "bounded.log"
+    tools = {"one": app_tool("bounded", concurrency={"max_in_flight": 1}), "free": app_tool("bounded")}
+    lanes = [{"item_key": str(i), "calls": [{"tool": "one", "args": {"log": str(limited), "key": str(i),
+                                                                       "seconds": 0.2}}]} for i in range(4)]
+    got, summary = run_in_process(app_plan(tmp_path / "a", rayapp, tools, lanes, mc=4), tmp_path / "state",
+                                  executor="ray", ray_address=cluster)
+    assert summary["status"] == "ok", got
+    one_at_a_time(limited, 4)  # max_in_flight: 1, with -j 4
+    lanes = [{"item_key": str(i), "calls": [{"tool": "free", "args": {"log": str(bounded), "key": str(i),
+                                                                        "seconds": 0.2}}]} for i in range(3)]
+    got, summary = run_in_process(app_plan(tmp_path / "b", rayapp, tools, lanes, mc=1), tmp_path / "state",
+                                  executor="ray", ray_address=cluster)
+    assert summary["status"] == "ok", got
+    one_at_a_time(bounded, 3)  # no limit, -j 1: never more tasks submitted than lanes run at once
 
 
 # --- the command line ---------------------------------------------------------------------------

@@ -137,6 +137,13 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit] + "…"
 
 
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
 def _reachable(address: str) -> str | None:
     """Why ``host:port`` cannot be reached, or None. Ray itself would retry for minutes."""
     host, sep, port = address.rpartition(":")
@@ -192,6 +199,8 @@ class RayConnection:
             kwargs["address"] = self.address
         else:
             kwargs.update(address="local", include_dashboard=False)
+        if os.environ.get("NO_COLOR") or not _is_terminal(sys.stderr):
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # Ray colours the prefix of forwarded prints
         main = threading.current_thread() is threading.main_thread()
         if main:
             self._sigterm = signal.getsignal(signal.SIGTERM)  # ray.init sets its own
