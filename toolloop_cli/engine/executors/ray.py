@@ -36,6 +36,7 @@ from typing import Any, AsyncIterator
 
 import trio
 
+from ..._text import excerpt
 from ...contract.compiled import ToolSpec
 from ...errors import RunError, UsageError
 from . import WorkerLost
@@ -98,14 +99,14 @@ def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict
         return
     token = current = None
     if identity is not None:
-        try:
+        try:  # a worker without toolloop (or another version of it) runs the call all the same
             from toolloop_cli.engine import identity as current
-        except ImportError:
-            current = None
+
+            token = current.set_current(current.CallIdentity(**identity))
+        except Exception:  # noqa: BLE001
+            token = current = None
     yield os.getpid()
     try:
-        if current is not None:
-            token = current.set_current(current.CallIdentity(**identity))
         value = fn(**args)
         if is_async:
             import asyncio
@@ -120,7 +121,10 @@ def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict
         return
     finally:
         if token is not None:
-            current.reset_current(token)
+            try:
+                current.reset_current(token)
+            except ValueError:  # resumed in another context: nothing of ours to restore there
+                pass
     yield _reply(value, cap)
 
 
@@ -132,9 +136,10 @@ def toolloop_call_isolated(ref: str, args: dict, is_async: bool, cap: int, ident
 # ------------------------------------------------------------------------------- in the head
 
 
-def _first_line(text: str, limit: int = 300) -> str:
-    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[:limit] + "…"
+def _first_line(text: Any) -> str:
+    """The first line of what Ray said (its messages run over many lines, with tracebacks). Not
+    clipped here: a receipt's message is cut only after its redacted values are hidden."""
+    return next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -166,7 +171,7 @@ class RayConnection:
         self.app_root = app_root
         self.address = address or os.environ.get("RAY_ADDRESS") or None
         if self.address and self.address.startswith("ray://"):
-            raise UsageError(f"--ray-address {self.address[:80]}: Ray Client addresses (ray://) are not supported;"
+            raise UsageError(f"--ray-address {excerpt(self.address)}: Ray Client addresses (ray://) are not supported;"
                              " give the cluster's address as HOST:PORT (port 6379 unless 'ray start' said otherwise)")
         self.depth = 0
         self.owned = False  # this connection called ray.init, so it calls ray.shutdown
@@ -175,7 +180,7 @@ class RayConnection:
         self.ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
     def where(self) -> str:
-        return f"the Ray cluster at {self.address}" if self.address else "a local Ray"
+        return f"the Ray cluster at {excerpt(self.address)}" if self.address else "a local Ray"
 
     def open(self) -> None:
         """Connect, or start a local Ray; blocking (seconds for a local start)."""
@@ -194,7 +199,7 @@ class RayConnection:
             problem = _reachable(self.address)
             if problem is not None:
                 self.depth -= 1
-                raise RunError(f"cannot reach the Ray cluster at {self.address[:80]}: {problem}; start one with"
+                raise RunError(f"cannot reach {self.where()}: {problem}; start one with"
                                " 'ray start --head' or check --ray-address / RAY_ADDRESS")
             kwargs["address"] = self.address
         else:
@@ -212,7 +217,7 @@ class RayConnection:
             hint = ""
             if self.address and not os.environ.get("RAY_AUTH_MODE"):
                 hint = " (a cluster with token authentication also needs RAY_AUTH_MODE=token here)"
-            raise RunError(f"cannot start or reach {self.where()}: {_first_line(exc)}{hint}") from None
+            raise RunError(f"cannot start or reach {self.where()}: {excerpt(_first_line(exc), 300)}{hint}") from None
         self.owned = True
 
     def close(self) -> None:
@@ -326,7 +331,7 @@ class RayExecutor:
         try:
             task = _Task(ray, self._function(tool).remote(tool.ref, args, tool.is_async, self.cap, _identity()))
         except Exception as exc:  # noqa: BLE001 - Ray refused the submission
-            raise OSError(f"Ray refused the task: {_first_line(exc)}") from None
+            raise OSError(f"Ray refused the task: {excerpt(_first_line(exc), 300)}") from None
         try:
             await task.started.wait()
         except BaseException:  # cancelled (a halt, a signal) before the call started
@@ -336,7 +341,7 @@ class RayExecutor:
         if task.done.is_set() and task.pid is None:
             exc = _error_of(task.reply)
             if isinstance(exc, ray.exceptions.RuntimeEnvSetupError):
-                raise OSError(f"the Ray worker's environment could not be set up: {_first_line(exc)}")
+                raise OSError(f"the Ray worker's environment could not be set up: {excerpt(_first_line(exc), 300)}")
         return task
 
     async def run(self, tool: ToolSpec, args: dict, prepared: _Task, slot: Any) -> Any:
