@@ -70,21 +70,25 @@ set -g __toolloop_value_options \
     'toolloop replay -f' \
     'toolloop resume --approve' \
     'toolloop resume --audit' \
+    'toolloop resume --executor' \
     'toolloop resume --format' \
     'toolloop resume --halt' \
     'toolloop resume --lanes' \
     'toolloop resume --order' \
+    'toolloop resume --ray-address' \
     'toolloop resume --state-dir' \
     'toolloop resume -f' \
     'toolloop run --app-root' \
     'toolloop run --approve' \
     'toolloop run --audit' \
+    'toolloop run --executor' \
     'toolloop run --format' \
     'toolloop run --halt' \
     'toolloop run --lanes' \
     'toolloop run --max-concurrency' \
     'toolloop run --max-output-bytes' \
     'toolloop run --order' \
+    'toolloop run --ray-address' \
     'toolloop run --registry' \
     'toolloop run --state-dir' \
     'toolloop run --timeout' \
@@ -192,9 +196,11 @@ complete -c toolloop -n '__toolloop_using toolloop replay' -s h -l help -d 'Show
 complete -c toolloop -n '__toolloop_using toolloop resume' -l accept-contract-change -d 'Go on under a registry that changed since the run started (recorded; the summary says contract_changed).'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l approve -x -d 'Approval gates: ask, all or none (default: what the run had).'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l audit -r -F -d 'Write engine events as JSON Lines to this file.'
+complete -c toolloop -n '__toolloop_using toolloop resume' -l executor -x -a 'local ray' -d 'Where calls of callables run: local (this process and its workers) or ray (tasks on a Ray cluster). Default: the run\'s.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l halt -x -d 'now,fail=N or soon,fail=P%: replaces the run\'s halt policy.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l lanes -r -F -d 'The run\'s --lanes FILE again, to rebuild redacted arguments.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l order -x -d 'input or completion: the order receipts are printed in.'
+complete -c toolloop -n '__toolloop_using toolloop resume' -l ray-address -x -d 'Ray cluster to run on with --executor ray (default RAY_ADDRESS; with neither, a local Ray is started for the run).'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l retry-failed -d 'Also re-run error, timeout and invalid_output calls and those skipped after them.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l retry-interrupted -d 'Re-run writes that were in flight when the run died.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
@@ -206,12 +212,14 @@ complete -c toolloop -n '__toolloop_using toolloop run' -l app-root -r -F -d 'Fo
 complete -c toolloop -n '__toolloop_using toolloop run' -l approve -x -a 'ask all none' -d 'Approval gates: ask (the run pauses for \'toolloop approve\'), all, or none.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l audit -r -F -d 'Write engine events as JSON Lines to this file.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l dry-run -d 'Admit the plan and show what would run; run nothing.'
+complete -c toolloop -n '__toolloop_using toolloop run' -l executor -x -a 'local ray' -d 'Where calls of callables run: local (this process and its workers) or ray (tasks on a Ray cluster).'
 complete -c toolloop -n '__toolloop_using toolloop run' -l halt -x -d 'now,fail=N or soon,fail=P%: stop the batch after failures.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l lanes -r -F -d 'JSON Lines file of extra lanes, or - for standard input.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l max-output-bytes -x -d 'Largest result accepted from a call.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l no-cache -d 'Do not read the cache.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l order -x -a 'input completion' -d 'input: receipts in input order (the default); completion: each as soon as it is committed.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l progress -l no-progress -d 'Live progress on standard error when it is a terminal.'
+complete -c toolloop -n '__toolloop_using toolloop run' -l ray-address -x -d 'Ray cluster to run on with --executor ray (default RAY_ADDRESS; with neither, a local Ray is started for the run).'
 complete -c toolloop -n '__toolloop_using toolloop run' -l refresh-cache -d 'Run cacheable tools and rewrite their entries.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l registry -r -F -d 'Registry file (overrides the plan\'s).'
 complete -c toolloop -n '__toolloop_using toolloop run' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'

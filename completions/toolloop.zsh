@@ -149,9 +149,11 @@ _toolloop_resume() {
         '--accept-contract-change[Go on under a registry that changed since the run started (recorded; the summary says contract_changed).]' \
         '--approve[Approval gates\: ask, all or none (default\: what the run had).]:approve: ' \
         '--audit[Write engine events as JSON Lines to this file.]:audit:_files' \
+        '--executor[Where calls of callables run\: local (this process and its workers) or ray (tasks on a Ray cluster). Default\: the run'\''s.]:executor:(local ray)' \
         '--halt[now,fail=N or soon,fail=P%\: replaces the run'\''s halt policy.]:halt: ' \
         '--lanes[The run'\''s --lanes FILE again, to rebuild redacted arguments.]:lanes:_files' \
         '--order[input or completion\: the order receipts are printed in.]:order: ' \
+        '--ray-address[Ray cluster to run on with --executor ray (default RAY_ADDRESS; with neither, a local Ray is started for the run).]:ray-address: ' \
         '--retry-failed[Also re-run error, timeout and invalid_output calls and those skipped after them.]' \
         '--retry-interrupted[Re-run writes that were in flight when the run died.]' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
@@ -166,12 +168,14 @@ _toolloop_run() {
         '--approve[Approval gates\: ask (the run pauses for '\''toolloop approve'\''), all, or none.]:approve:(ask all none)' \
         '--audit[Write engine events as JSON Lines to this file.]:audit:_files' \
         '--dry-run[Admit the plan and show what would run; run nothing.]' \
+        '--executor[Where calls of callables run\: local (this process and its workers) or ray (tasks on a Ray cluster).]:executor:(local ray)' \
         '--halt[now,fail=N or soon,fail=P%\: stop the batch after failures.]:halt: ' \
         '--lanes[JSON Lines file of extra lanes, or - for standard input.]:lanes:_files' \
         '--max-output-bytes[Largest result accepted from a call.]:max-output-bytes: ' \
         '--no-cache[Do not read the cache.]' \
         '--order[input\: receipts in input order (the default); completion\: each as soon as it is committed.]:order:(input completion)' \
         '(--progress --no-progress)'{--progress,--no-progress}'[Live progress on standard error when it is a terminal.]' \
+        '--ray-address[Ray cluster to run on with --executor ray (default RAY_ADDRESS; with neither, a local Ray is started for the run).]:ray-address: ' \
         '--refresh-cache[Run cacheable tools and rewrite their entries.]' \
         '--registry[Registry file (overrides the plan'\''s).]:registry:_files' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \

@@ -105,9 +105,11 @@ def summary_status(counts: dict[str, int], *, stopped: bool = False, interrupted
 
 
 def summary_record(run_id: str | None, mode: str | None, status: str, counts: dict[str, int], duration_ms: float,
-                   contract_sha256: str | None, outcome: str | None = None, final: Any = None) -> dict:
+                   contract_sha256: str | None, outcome: str | None = None, final: Any = None,
+                   executor: str = "local") -> dict:
     """The last record of a run. ``run_id``, ``mode`` and ``contract_sha256`` are None only for a
-    plan rejected before it became a run (status ``rejected``)."""
+    plan rejected before it became a run (status ``rejected``). ``executor`` says where calls of
+    callables run: ``local`` or ``ray``."""
     return {
         "type": "summary",
         "run_id": run_id,
@@ -118,4 +120,5 @@ def summary_record(run_id: str | None, mode: str | None, status: str, counts: di
         "counts": {s: counts.get(s, 0) for s in STATUSES},
         "duration_ms": round(duration_ms, 3),
         "contract_sha256": contract_sha256,
+        "executor": executor,
     }

@@ -108,6 +108,7 @@ class SummaryRecord(_Record):
     counts: dict[Status, int]
     duration_ms: float = Field(ge=0)
     contract_sha256: Optional[str]
+    executor: Literal["local", "ray"]  # where calls of callables run: this process, or a Ray cluster
     rejected_lanes: Optional[int] = Field(default=None, ge=0)  # run --stream
     contract_changed: Optional[bool] = None  # resume --accept-contract-change
     parent_run_id: Optional[str] = None  # child runs

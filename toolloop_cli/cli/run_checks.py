@@ -38,16 +38,18 @@ def lanes_refusal(path: Path) -> str | None:
     return f"--lanes adds lanes to a parallel plan, and {path} is a {mode} plan"
 
 
-def rejected_summary(mode: str | None, started: float) -> dict:
+def rejected_summary(mode: str | None, started: float, executor: str = "local") -> dict:
     """The summary record of a plan that was rejected: nothing ran, so there is no run id and no
     receipt; ``status`` is ``rejected`` (exit 3)."""
     from ..receipts import summary_record
 
-    record = summary_record(None, mode, "rejected", {}, (time.perf_counter() - started) * 1000, None)
+    record = summary_record(None, mode, "rejected", {}, (time.perf_counter() - started) * 1000, None,
+                            executor=executor)
     return record
 
 
-def write_rejected_summary(fmt: Any, plan: Path | None, started: float, mode: str | None = None) -> None:
+def write_rejected_summary(fmt: Any, plan: Path | None, started: float, mode: str | None = None,
+                           executor: str = "local") -> None:
     """End standard output with the rejected summary in ``jsonl`` and ``json`` (a table shows
     nothing: the findings on standard error say it all)."""
     from .common import record_writer, resolve_format
@@ -58,7 +60,8 @@ def write_rejected_summary(fmt: Any, plan: Path | None, started: float, mode: st
     out: IO[bytes] = sys.stdout.buffer
     writer = record_writer(chosen, out)
     try:
-        writer.write(rejected_summary(mode if mode is not None else (plan_mode(plan) if plan else None), started))
+        writer.write(rejected_summary(mode if mode is not None else (plan_mode(plan) if plan else None), started,
+                                      executor))
         writer.close()
     except BrokenPipeError:
         pass

@@ -44,6 +44,16 @@ class Approve(str, Enum):
     none = "none"
 
 
+class Placement(str, Enum):
+    local = "local"
+    ray = "ray"
+
+
+EXECUTOR_HELP = "Where calls of callables run: local (this process and its workers) or ray (tasks on a Ray cluster)."
+RAY_ADDRESS_HELP = ("Ray cluster to run on with --executor ray (default RAY_ADDRESS; with neither, a local Ray is"
+                    " started for the run).")
+
+
 class Output:
     """Writes records in the chosen format; tolerates the reader going away."""
 
@@ -100,6 +110,8 @@ def run(
     max_output_bytes: int = typer.Option(16 * 1024 * 1024, "--max-output-bytes", help="Largest result accepted from a call."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress on standard error when it is a terminal."),
     order: Order = typer.Option(Order.input, "--order", help="input: receipts in input order (the default); completion: each as soon as it is committed."),
+    executor: Placement = typer.Option(Placement.local, "--executor", help=EXECUTOR_HELP),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help=RAY_ADDRESS_HELP),
 ) -> None:
     """Run a plan; print one receipt per call, in input order, then a summary."""
     from ..engine.runstate import HaltPolicy
@@ -155,7 +167,7 @@ def run(
             store.close()
         print_findings(exc.problems)
         sys.stderr.write(f"toolloop: plan rejected ({sum(p.level == 'error' for p in exc.problems)} error(s)); nothing ran\n")
-        write_rejected_summary(format, plan, started)
+        write_rejected_summary(format, plan, started, executor=executor.value)
         raise typer.Exit(3)
     finally:
         if lanes_stream is not None and lanes_stream is not sys.stdin.buffer and not stream:
@@ -181,7 +193,8 @@ def run(
             quiet_broken_pipe()
         return
     _execute(admitted, format, policy, timeout, no_cache, refresh_cache, state_dir, audit, max_output_bytes,
-             run_id=run_id, store=store, approve=approve.value, order=order.value)
+             run_id=run_id, store=store, approve=approve.value, order=order.value, executor=executor.value,
+             ray_address=ray_address)
 
 
 def _open_store(state_dir: Optional[Path]) -> Any:
@@ -196,7 +209,8 @@ def _open_store(state_dir: Optional[Path]) -> Any:
 def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[float], no_cache: bool,
              refresh_cache: bool, state_dir: Optional[Path], audit: Optional[Path], max_output_bytes: int,
              resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None,
-             approve: str = "ask", replay: Any = None, order: str = "input") -> Any:
+             approve: str = "ask", replay: Any = None, order: str = "input", executor: str = "local",
+             ray_address: Optional[str] = None) -> Any:
     from ..engine.run import RunOptions, execute_plan
     from .run_checks import progress_wanted
 
@@ -219,7 +233,8 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
         audit_sink = JsonlWriter(audit_file).write
     options = RunOptions(approve=approve, flush_output=out.flush, on_rejected=print_findings, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice,
-                         on_warning=lambda text: notice(f"warning: {text}"), order=order)
+                         on_warning=lambda text: notice(f"warning: {text}"), order=order, executor=executor,
+                         ray_address=ray_address)
     progress = None
     if progress_wanted(out):
         from ..render.live import LiveProgress

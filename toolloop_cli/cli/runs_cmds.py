@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from .common import DataFormat, fail, print_findings, record_writer, resolve_format
+from .run_cmds import EXECUTOR_HELP, RAY_ADDRESS_HELP, Placement
 
 runs_app = typer.Typer(help="List journaled runs and show their receipts.", no_args_is_help=True)
 
@@ -33,6 +34,8 @@ def resume(
     audit: Optional[Path] = typer.Option(None, "--audit", help="Write engine events as JSON Lines to this file."),
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    executor: Optional[Placement] = typer.Option(None, "--executor", help=EXECUTOR_HELP + " Default: the run's."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help=RAY_ADDRESS_HELP),
 ) -> None:
     """Finish an interrupted run; print the full receipt set in order, then the summary."""
     from ..engine.resume import check_not_running, find_run, owner_token, prepare_resume
@@ -90,7 +93,9 @@ def resume(
     _execute(plan, format, policy, opts.get("default_timeout_s"), bool(opts.get("no_cache")),
              bool(opts.get("refresh_cache")), state_dir, audit, opts.get("output_cap_bytes") or 16 * 1024 * 1024,
              resume=settled, run_id=run["run_id"], approve=approve or opts.get("approve") or "ask",
-             order=order or opts.get("order") or "input")
+             order=order or opts.get("order") or "input",
+             executor=executor.value if executor else opts.get("executor") or "local",
+             ray_address=ray_address or (opts.get("ray_address") if executor in (None, Placement.ray) else None))
 
 
 def _shown_status(store, run: dict) -> str:  # noqa: ANN001 - Store, imported lazily

@@ -17,7 +17,7 @@ from ..contract.schemas import schema_errors
 from ..receipts import Receipt, rfc3339
 from .child_runs import ChildFailed, ChildResult
 from .context import RunContext
-from .executors import Executor
+from .executors import Executor, WorkerLost
 from .executors.thread import HeldSlot
 from .frames import CURRENT, CallFrame
 from .identity import CallIdentity, idempotency_key, reset_current, set_current
@@ -35,14 +35,19 @@ class Outcome:
     child_run_id: str | None = None
 
 
-def _failure(exc: Exception) -> Outcome:
+def _failure(exc: Exception, tool: ToolSpec) -> Outcome:
     from .procpool import WorkerFailure, WorkerOutputRejected
 
     if isinstance(exc, WorkerOutputRejected):
         return Outcome("invalid_output", error={"kind": exc.kind, "message": str(exc)})
     if isinstance(exc, ChildFailed):
         return Outcome("error", error={"kind": exc.kind, "message": str(exc) or exc.kind}, child_run_id=exc.child_run_id)
-    kind = exc.kind if isinstance(exc, WorkerFailure) else type(exc).__name__
+    if isinstance(exc, WorkerLost) and tool.effect in ("write", "destructive") and not tool.idempotent:
+        # an at-most-once write whose worker went away may or may not have happened: never an
+        # error that a retry policy or --retry-failed would run again
+        return Outcome("interrupted", error={"kind": exc.kind, "message": f"{exc}; this write may or may not have"
+                                             " happened: run it again on purpose with --retry-interrupted"})
+    kind = exc.kind if isinstance(exc, (WorkerFailure, WorkerLost)) else type(exc).__name__
     return Outcome("error", error={"kind": kind, "message": str(exc) or kind})
 
 
@@ -51,17 +56,17 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
     failed: Outcome | None = None
     value: Any = None
     try:
-        prepared = await executor.prepare(tool)  # before the deadline runs: the timeout is the call's
+        prepared = await executor.prepare(tool, args)  # before the deadline runs: the timeout is the call's
     except OSError as exc:
         return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
-    if executor.name != "process":  # a worker process gets its own copy anyway
+    if executor.name not in ("process", "ray"):  # a worker process gets its own copy anyway
         args = private_copy(args)
     deadline = trio.current_time() + timeout if timeout is not None else float("inf")
     with trio.CancelScope(deadline=deadline) as scope:
         try:
             value = await executor.run(tool, args, prepared, slot)
         except Exception as exc:  # noqa: BLE001 - any failure of App code is a receipt, not a crash
-            failed = _failure(exc)
+            failed = _failure(exc, tool)
     if scope.cancelled_caught or trio.current_time() > deadline:
         # a result (or a failure) that arrives after the deadline is never accepted
         return Outcome(

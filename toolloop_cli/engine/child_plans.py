@@ -34,7 +34,7 @@ class ChildPlanExecutor:
         self.parent = parent
         self.plans = plans
 
-    async def prepare(self, tool: ToolSpec) -> None:
+    async def prepare(self, tool: ToolSpec, args: dict) -> None:
         return None
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:

@@ -25,6 +25,7 @@ from ..errors import RunError
 from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter
 from .context import DEFAULT_OUTPUT_CAP, RunContext, RunServices
+from .executors import Executors
 from .runstate import HaltPolicy, RunState
 from .settle import Settlement
 
@@ -55,6 +56,10 @@ class RunOptions:
     on_signal: Callable[[str], None] | None = None
     # one-line warnings for a person (a damaged cache entry): standard error in the CLI
     on_warning: Callable[[str], None] | None = None
+    # where calls of callables run: "local" (this process, its threads and worker processes) or
+    # "ray" (tasks on the cluster at ``ray_address``, else RAY_ADDRESS, else a local Ray for the run)
+    executor: str = "local"
+    ray_address: str | None = None
 
     order: str = "input"  # input | completion (run --order)
 
@@ -67,6 +72,8 @@ class RunOptions:
             "refresh_cache": self.refresh_cache,
             "output_cap_bytes": self.output_cap_bytes,
             "approve": self.approve,
+            "executor": self.executor,
+            "ray_address": self.ray_address,
         }
 
 
@@ -175,7 +182,9 @@ class RunSession:
         self.owner = owner
         self.audit_error: OSError | None = None
         services = RunServices(cache=store, audit=self._audit if options.audit is not None else None,
-                               warn=options.on_warning)
+                               warn=options.on_warning,
+                               executors=Executors(contract, options.output_cap_bytes, placement=options.executor,
+                                                   ray_address=options.ray_address))
         self.ctx = RunContext(
             run_id, contract, services=services, subagent=subagent, default_timeout_s=options.default_timeout_s,
             no_cache=options.no_cache, refresh_cache=options.refresh_cache,
@@ -216,7 +225,9 @@ class RunSession:
         before ``emit`` sees it; the summary is emitted last."""
         t0 = time.perf_counter()
         state = self.state
-        with _Signals(state, self.options) as signals:
+        # connected before the run is journaled (a cluster that cannot be reached leaves no run),
+        # and before the signal handlers (ray.init sets its own)
+        with self.ctx.services.executors.connected(), _Signals(state, self.options) as signals:  # type: ignore[union-attr]
             runner.begin(self)
             loop_token: list[trio.lowlevel.TrioToken] = []
 
@@ -268,7 +279,7 @@ class RunSession:
         state = self.state
         status = end.status or summary_status(state.counts, stopped=end.stopped, interrupted=interrupted)
         summary = summary_record(self.run_id, self.mode, status, state.counts, (time.perf_counter() - t0) * 1000,
-                                 self.ctx.contract.contract_sha256)
+                                 self.ctx.contract.contract_sha256, executor=self.options.executor)
         summary.update(end.summary)
         if self.parent is not None:
             summary["parent_run_id"], summary["parent_receipt_id"] = self.parent

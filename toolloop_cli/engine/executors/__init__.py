@@ -7,17 +7,20 @@
 | ``thread`` | ``thread.py`` | sync callables, in worker threads (the default) | abandoned |
 | ``process`` | ``process.py`` | sync callables with ``isolation: process`` | worker killed |
 | ``mcp`` | ``mcp.py`` | tools of MCP servers, over one session per server | request cancelled |
+| ``ray`` | ``ray.py`` | sync and asyncio callables as Ray tasks (``placement="ray"``) | task killed |
 
 The choice is made once per tool (``Executors.for_tool``). What an executor needs for a run (MCP
-sessions; the process pool lives with the trio run) is opened by ``Executors.opened()`` and closed
-when the run ends. Every executor returns the callable's value or raises its failure; the deadline
-is the caller's cancel scope (``engine/call.py``).
+sessions, the Ray connection; the process pool lives with the trio run) is opened by
+``Executors.opened()`` and closed when the run ends; a run session connects to Ray before it
+journals the run (``Executors.connected()``), so a cluster that cannot be reached leaves no run
+behind. Every executor returns the callable's value or raises its failure; the deadline is the
+caller's cancel scope (``engine/call.py``).
 """
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Protocol
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Iterator, Protocol
 
 from ...contract.compiled import Contract, ToolSpec
 
@@ -27,15 +30,32 @@ class Executor(Protocol):
     #: a call cancelled at its timeout is left running (its receipt says ``abandoned: true``)
     abandons: bool
 
-    async def prepare(self, tool: ToolSpec) -> Any:
-        """What the call needs before its deadline starts (a worker process); may raise OSError."""
+    async def prepare(self, tool: ToolSpec, args: dict) -> Any:
+        """What the call needs before its deadline starts (a worker process, a task started on a
+        cluster); may raise OSError."""
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
         """``fn(**args)`` where this executor runs it: its value, or its failure raised."""
 
 
-def kind_of(tool: ToolSpec) -> str:
-    """The executor a tool's calls run on."""
+class WorkerLost(Exception):
+    """The worker running a call went away before it replied (killed, out of memory, its node
+    lost): whether the callable ran to its end is unknown. An at-most-once write becomes
+    ``interrupted``; anything else is an ``error`` of this kind."""
+
+    kind = "worker_lost"
+
+
+PLACEMENTS = ("local", "ray")
+
+
+def kind_of(tool: ToolSpec, placement: str = "local") -> str:
+    """The executor a tool's calls run on. With ``placement="ray"``, sync and asyncio callables
+    go to the cluster; MCP tools, trio callables and tools that dispatch (they call back into
+    the run) stay in this process, and so do child plans (``plan`` tools)."""
+    if placement == "ray" and tool.kind == "callable" and not tool.dispatch and (
+            not tool.is_async or tool.runtime == "asyncio"):
+        return "ray"
     if tool.kind in ("mcp", "plan"):
         return tool.kind
     if tool.is_async:
@@ -46,13 +66,24 @@ def kind_of(tool: ToolSpec) -> str:
 class Executors:
     """The executors of one run, chosen once per tool, and what they need open while it runs."""
 
-    def __init__(self, contract: Contract, output_cap_bytes: int):
+    def __init__(self, contract: Contract, output_cap_bytes: int, placement: str = "local",
+                 ray_address: str | None = None):
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {', '.join(PLACEMENTS)}, not {placement!r}")
         self.contract = contract
         self.output_cap_bytes = output_cap_bytes
+        self.placement = placement
         self._by_tool: dict[tuple[str, str], Executor] = {}
         self._shared: dict[str, Executor] = {}
         self._mcp: Any = None  # the run's MCP sessions, while opened
         self._uses_mcp = any(t.kind == "mcp" for s in contract.subagents.values() for t in s.tools.values())
+        self._ray: Any = None  # the Ray connection (placement="ray"); ray is imported only then
+        if placement == "ray":
+            from .ray import RayConnection
+
+            connection = RayConnection(contract.app_root, ray_address)  # without Ray: a usage error
+            if any(kind_of(t, placement) == "ray" for s in contract.subagents.values() for t in s.tools.values()):
+                self._ray = connection
 
     def install(self, kind: str, executor: Executor) -> None:
         """An executor made above this layer (child runs of ``plan`` tools: ``engine/child_plans.py``)."""
@@ -62,7 +93,7 @@ class Executors:
         key = (tool.subagent, tool.id)
         ex = self._by_tool.get(key)
         if ex is None:
-            ex = self._by_tool[key] = self._make(kind_of(tool))
+            ex = self._by_tool[key] = self._make(kind_of(tool, self.placement))
         return ex
 
     def _make(self, kind: str) -> Executor:
@@ -87,6 +118,10 @@ class Executors:
             ex = ProcessExecutor(self.contract.app_root, self.output_cap_bytes)
         elif kind == "plan":
             raise RuntimeError("plan tools run inside a run that installed its child plans (engine/child_plans.py)")
+        elif kind == "ray":
+            from .ray import RayExecutor
+
+            ex = RayExecutor(self._ray, self.output_cap_bytes)
         else:
             if self._mcp is None:
                 raise RuntimeError("MCP tools run inside an opened run (Executors.opened)")
@@ -96,19 +131,39 @@ class Executors:
         self._shared[kind] = ex
         return ex
 
-    @asynccontextmanager
-    async def opened(self) -> AsyncIterator[Executors]:
-        """Open what the run's executors need (MCP sessions, when the contract has MCP tools)
-        and close it when the block ends. Opening again while open is a no-op."""
-        if self._mcp is not None or not self._uses_mcp:
+    @contextmanager
+    def connected(self) -> Iterator[Executors]:
+        """Connect to Ray (or start a local Ray) for the length of the block, when the run's calls
+        go there; a no-op otherwise. Blocking: call it outside the event loop."""
+        if self._ray is None:
             yield self
             return
+        self._ray.open()
+        try:
+            yield self
+        finally:
+            self._ray.close()
+
+    @asynccontextmanager
+    async def opened(self) -> AsyncIterator[Executors]:
+        """Open what the run's executors need (the Ray connection, unless ``connected()`` holds it
+        already; MCP sessions, when the contract has MCP tools) and close it when the block ends.
+        Opening again while open is a no-op."""
+        async with AsyncExitStack() as stack:
+            if self._ray is not None:
+                await stack.enter_async_context(self._ray.opened())
+            if self._mcp is None and self._uses_mcp:
+                await stack.enter_async_context(self._mcp_opened())
+            yield self
+
+    @asynccontextmanager
+    async def _mcp_opened(self) -> AsyncIterator[None]:
         from .mcp import open_mcp_sessions
 
         async with open_mcp_sessions() as sessions:
             self._mcp = sessions
             try:
-                yield self
+                yield
             finally:
                 self._mcp = None
                 self._shared.pop("mcp", None)

@@ -111,7 +111,7 @@ class AsyncioExecutor:
     name = "asyncio"
     abandons = False
 
-    async def prepare(self, tool: ToolSpec) -> None:
+    async def prepare(self, tool: ToolSpec, args: dict) -> None:
         return None
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:

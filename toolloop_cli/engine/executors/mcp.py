@@ -84,7 +84,7 @@ class McpExecutor:
     def __init__(self, sessions: McpSessions):
         self.sessions = sessions
 
-    async def prepare(self, tool: ToolSpec) -> None:
+    async def prepare(self, tool: ToolSpec, args: dict) -> None:
         return None
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:

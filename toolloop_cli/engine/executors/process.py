@@ -19,7 +19,7 @@ class ProcessExecutor:
         self.app_root = app_root
         self.cap = output_cap_bytes
 
-    async def prepare(self, tool: ToolSpec) -> Any:
+    async def prepare(self, tool: ToolSpec, args: dict) -> Any:
         # taken (or started) and the module imported before the deadline runs: the timeout is
         # the call's, not the start's or the import's (bounded by procpool.IMPORT_LIMIT_S)
         from ..procpool import current_pool

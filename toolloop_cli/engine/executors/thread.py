@@ -75,7 +75,7 @@ class ThreadExecutor:
     name = "thread"
     abandons = True  # a timed-out thread is left running
 
-    async def prepare(self, tool: ToolSpec) -> None:
+    async def prepare(self, tool: ToolSpec, args: dict) -> None:
         return None
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: HeldSlot | None) -> Any:

@@ -37,7 +37,7 @@ class TrioExecutor:
     name = "trio"
     abandons = False
 
-    async def prepare(self, tool: ToolSpec) -> None:
+    async def prepare(self, tool: ToolSpec, args: dict) -> None:
         return None
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:

@@ -1,0 +1,391 @@
+"""Calls as Ray tasks (``--executor ray``).
+
+Each call of a sync or asyncio callable is one Ray task with Ray's own retries off, so a call runs
+once per attempt and the run's retry policy, limits, cache and journal stay in this process (the
+head). The task is a generator: it imports the callable, reports that it started, calls it and
+reports its reply. ``prepare`` submits the task and waits for the start report, so the time a task
+waits for a free CPU, a worker process to start (every call of an ``isolation: process`` tool gets
+its own, through ``max_calls=1``) and the App's module to import is never the call's; the deadline
+covers the call itself, as it does for a local worker process. At the deadline (or a halt, or a
+signal) the task is cancelled with force, which kills its worker process, and the call waits until
+Ray reports the task ended, so nothing is left running (``abandoned: false``).
+
+The task reports the callable's failure as data (its type's name and message), so receipts carry
+the same error as a local call; a result goes back as the value itself and is checked in the head as
+any other. A worker that goes away before it replies (killed, out of memory, its node lost) raises
+``WorkerLost``, which makes an at-most-once write ``interrupted`` (``engine/call.py``).
+
+The App root is shipped with the run's Ray job as its ``working_dir``; the task function itself is
+pickled by value, so the workers need Ray and the App's own dependencies, not toolloop.
+
+One thread per call in flight waits on Ray's blocking iterator; there are never more of them than
+calls in flight, which the lanes bound (``max_concurrency``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+import trio
+
+from ..._text import excerpt
+from ...contract.compiled import ToolSpec
+from ...errors import RunError, UsageError
+from . import WorkerLost
+
+INSTALL_LINE = "pip install 'toolloop-cli[ray]'"
+#: how long a cancelled call waits for Ray to report that its task ended
+STOP_WAIT_S = 10.0
+#: how long reaching a cluster's address may take before the run gives up
+CONNECT_CHECK_S = 5.0
+#: never shipped to the workers with the App root
+SHIP_EXCLUDES = [".git", ".hg", ".venv", "venv", ".toolloop", "__pycache__", "*.pyc", "node_modules",
+                 ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"]
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or a usage error that says how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--executor ray needs Ray, which is not installed here: {INSTALL_LINE}") from None
+    return ray
+
+
+# ------------------------------------------------------------------------- in the Ray worker
+# Pickled by value (see RayConnection): these use the standard library only.
+
+
+def _reply(value: Any, cap: int) -> tuple:
+    """``("ok", value)``, or ``("too_large", size)`` when the value's strings alone pass the output
+    cap (the same lower bound the head uses), so a huge result never crosses the cluster."""
+    size = None
+    if isinstance(value, str):
+        size = len(value) + 2 if len(value) > cap else None
+    elif isinstance(value, (dict, list)):
+        n = 0
+        for v in value.values() if isinstance(value, dict) else value:
+            if isinstance(v, str):
+                n += len(v)
+                if n > cap:
+                    size = n
+                    break
+    return ("ok", value) if size is None else ("too_large", size)
+
+
+def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict | None) -> Any:
+    """One call in a Ray worker: import the callable, report the start (the process id), call it,
+    report the reply. Never raises for the App's failures. ``current_call()`` gives ``identity``
+    where the worker can import toolloop (an App that uses it has it installed)."""
+    import importlib
+    import os
+
+    try:
+        module, _, path = ref.partition(":")
+        fn: Any = importlib.import_module(module)
+        for part in path.split("."):
+            fn = getattr(fn, part)
+    except BaseException as exc:  # noqa: BLE001 - the App's import, on a worker that may lack a dependency
+        yield os.getpid()
+        yield ("error", type(exc).__name__, f"cannot import '{ref}' in the Ray worker: {exc}")
+        return
+    token = current = None
+    if identity is not None:
+        try:  # a worker without toolloop (or another version of it) runs the call all the same
+            from toolloop_cli.engine import identity as current
+
+            token = current.set_current(current.CallIdentity(**identity))
+        except Exception:  # noqa: BLE001
+            token = current = None
+    yield os.getpid()
+    try:
+        value = fn(**args)
+        if is_async:
+            import asyncio
+
+            value = asyncio.run(value)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and KeyboardInterrupt are App failures too
+        try:
+            message = str(exc)
+        except BaseException:  # noqa: BLE001 - an App's __str__ may raise anything
+            message = ""
+        yield ("error", type(exc).__name__, message or type(exc).__name__)
+        return
+    finally:
+        if token is not None:
+            try:
+                current.reset_current(token)
+            except ValueError:  # resumed in another context: nothing of ours to restore there
+                pass
+    yield _reply(value, cap)
+
+
+def toolloop_call_isolated(ref: str, args: dict, is_async: bool, cap: int, identity: dict | None) -> Any:
+    """``toolloop_call`` in a worker process of its own (``isolation: process``)."""
+    yield from toolloop_call(ref, args, is_async, cap, identity)
+
+
+# ------------------------------------------------------------------------------- in the head
+
+
+def _first_line(text: Any) -> str:
+    """The first line of what Ray said (its messages run over many lines, with tracebacks). Not
+    clipped here: a receipt's message is cut only after its redacted values are hidden."""
+    return next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _reachable(address: str) -> str | None:
+    """Why ``host:port`` cannot be reached, or None. Ray itself would retry for minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return None  # "auto" or another form Ray understands: Ray says what is wrong with it
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_CHECK_S):
+            return None
+    except OSError as exc:
+        return exc.strerror or str(exc) or type(exc).__name__
+
+
+class RayConnection:
+    """The run's Ray job: connected (or a local Ray started) when the run opens its executors,
+    disconnected (or stopped) when it ends. A process already connected to Ray (a program that
+    embeds toolloop) is used as it is and left connected; its job ships its own code."""
+
+    def __init__(self, app_root: str, address: str | None):
+        self.ray = import_ray()
+        self.app_root = app_root
+        self.address = address or os.environ.get("RAY_ADDRESS") or None
+        if self.address and self.address.startswith("ray://"):
+            raise UsageError(f"--ray-address {excerpt(self.address)}: Ray Client addresses (ray://) are not supported;"
+                             " give the cluster's address as HOST:PORT (port 6379 unless 'ray start' said otherwise)")
+        self.depth = 0
+        self.owned = False  # this connection called ray.init, so it calls ray.shutdown
+        self._sigterm: Any = None
+        # the task functions travel by value: the workers need no toolloop installed
+        self.ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    def where(self) -> str:
+        return f"the Ray cluster at {excerpt(self.address)}" if self.address else "a local Ray"
+
+    def open(self) -> None:
+        """Connect, or start a local Ray; blocking (seconds for a local start)."""
+        self.depth += 1
+        if self.depth > 1:
+            return
+        ray = self.ray
+        if ray.is_initialized():
+            self.owned = False
+            return
+        kwargs: dict[str, Any] = {
+            "runtime_env": {"working_dir": self.app_root, "excludes": SHIP_EXCLUDES},
+            "logging_level": logging.ERROR, "log_to_driver": True,
+        }
+        if self.address:
+            problem = _reachable(self.address)
+            if problem is not None:
+                self.depth -= 1
+                raise RunError(f"cannot reach {self.where()}: {problem}; start one with"
+                               " 'ray start --head' or check --ray-address / RAY_ADDRESS")
+            kwargs["address"] = self.address
+        else:
+            kwargs.update(address="local", include_dashboard=False)
+        if os.environ.get("NO_COLOR") or not _is_terminal(sys.stderr):
+            os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # Ray colours the prefix of forwarded prints
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self._sigterm = signal.getsignal(signal.SIGTERM)  # ray.init sets its own
+        try:
+            ray.init(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - whatever Ray says, as one line
+            self.depth -= 1
+            self._restore_sigterm()
+            hint = ""
+            if self.address and not os.environ.get("RAY_AUTH_MODE"):
+                hint = " (a cluster with token authentication also needs RAY_AUTH_MODE=token here)"
+            raise RunError(f"cannot start or reach {self.where()}: {excerpt(_first_line(exc), 300)}{hint}") from None
+        self.owned = True
+
+    def close(self) -> None:
+        """Disconnect (a local Ray started by ``open`` is stopped)."""
+        self.depth -= 1
+        if self.depth > 0 or not self.owned:
+            return
+        self.owned = False
+        try:
+            self.ray.shutdown()
+        finally:
+            self._restore_sigterm()
+
+    def _restore_sigterm(self) -> None:
+        if self._sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._sigterm)
+        self._sigterm = None
+
+    @asynccontextmanager
+    async def opened(self) -> AsyncIterator[None]:
+        """``open``/``close`` from inside the event loop (in a thread, unless already open)."""
+        if self.depth:
+            self.depth += 1
+            try:
+                yield
+            finally:
+                self.depth -= 1
+            return
+        await trio.to_thread.run_sync(self.open)
+        try:
+            yield
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self.close)
+
+
+class _Task:
+    """One call's Ray task, followed by a thread that waits on Ray's blocking iterator and
+    reports the start and the reply to the event loop."""
+
+    def __init__(self, ray: Any, gen: Any):
+        self.ray = ray
+        self.gen = gen
+        self.started = trio.Event()
+        self.done = trio.Event()
+        self.pid: int | None = None  # the worker's process id, once started
+        self.reply: Any = None  # outcome.Value of the reply tuple, or outcome.Error
+        token = trio.lowlevel.current_trio_token()
+
+        def soon(fn: Any) -> None:
+            try:
+                token.run_sync_soon(fn)
+            except trio.RunFinishedError:
+                pass
+
+        self._soon = soon
+        trio.lowlevel.start_thread_soon(self._follow, self._deliver, name="toolloop ray call")
+
+    def _follow(self) -> Any:
+        self.pid = self.ray.get(next(self.gen))
+        self._soon(self.started.set)
+        return self.ray.get(next(self.gen))
+
+    def _deliver(self, result: Any) -> None:
+        self.reply = result
+        self._soon(self._end)
+
+    def _end(self) -> None:
+        self.started.set()
+        self.done.set()
+
+    async def stop(self) -> None:
+        """Cancel the task with force (its worker process is killed) and wait until Ray reports it
+        ended. Call it shielded."""
+        if self.done.is_set():
+            return
+        try:
+            self.ray.cancel(self.gen, force=True)
+        except Exception:  # noqa: BLE001 - the task may have ended meanwhile
+            pass
+        with trio.move_on_after(STOP_WAIT_S):
+            await self.done.wait()
+
+
+class RayExecutor:
+    """``fn(**args)`` as a Ray task on the run's cluster."""
+
+    name = "ray"
+    abandons = False  # the task's worker is killed at the timeout
+
+    def __init__(self, connection: RayConnection, output_cap_bytes: int):
+        self.connection = connection
+        self.cap = output_cap_bytes
+        self._remote: dict[bool, Any] = {}
+
+    def _function(self, tool: ToolSpec) -> Any:
+        isolated = tool.isolation == "process"
+        fn = self._remote.get(isolated)
+        if fn is None:
+            options: dict[str, Any] = {"max_retries": 0, "num_returns": "streaming"}
+            if isolated:
+                options["max_calls"] = 1  # a worker process of its own for every call
+            body = toolloop_call_isolated if isolated else toolloop_call
+            fn = self._remote[isolated] = self.connection.ray.remote(**options)(body)
+        return fn
+
+    async def prepare(self, tool: ToolSpec, args: dict) -> _Task:
+        """Submit the call and wait until it starts in a worker: queueing for a CPU, starting a
+        worker and importing the App are not the call's time."""
+        ray = self.connection.ray
+        try:
+            task = _Task(ray, self._function(tool).remote(tool.ref, args, tool.is_async, self.cap, _identity()))
+        except Exception as exc:  # noqa: BLE001 - Ray refused the submission
+            raise OSError(f"Ray refused the task: {excerpt(_first_line(exc), 300)}") from None
+        try:
+            await task.started.wait()
+        except BaseException:  # cancelled (a halt, a signal) before the call started
+            with trio.CancelScope(shield=True):
+                await task.stop()
+            raise
+        if task.done.is_set() and task.pid is None:
+            exc = _error_of(task.reply)
+            if isinstance(exc, ray.exceptions.RuntimeEnvSetupError):
+                raise OSError(f"the Ray worker's environment could not be set up: {excerpt(_first_line(exc), 300)}")
+        return task
+
+    async def run(self, tool: ToolSpec, args: dict, prepared: _Task, slot: Any) -> Any:
+        task = prepared
+        try:
+            await task.done.wait()
+        except BaseException:  # the deadline, a halt or a signal: kill the task, wait for its end
+            with trio.CancelScope(shield=True):
+                await task.stop()
+            raise
+        return self._value(task.reply)
+
+    def _value(self, reply: Any) -> Any:
+        from ..procpool import WorkerOutputRejected
+        from .failure import ToolRaised
+
+        exc = _error_of(reply)
+        if exc is None:
+            kind, *rest = reply.unwrap()
+            if kind == "ok":
+                return rest[0]
+            if kind == "error":
+                raise ToolRaised(rest[0], rest[1])
+            raise WorkerOutputRejected("output_too_large", f"result dropped: {rest[0]} bytes or more exceed the"
+                                       f" output cap of {self.cap} bytes (--max-output-bytes)")
+        ray_errors = self.connection.ray.exceptions
+        if isinstance(exc, ray_errors.RayTaskError):  # only the reply's own serialisation can fail there
+            cause = getattr(exc, "cause", None) or exc
+            raise WorkerOutputRejected("not_json", "result cannot leave the worker process: "
+                                       f"{type(cause).__name__}: {_first_line(cause)}")
+        raise WorkerLost(f"the Ray worker running this call was lost ({type(exc).__name__}: {_first_line(exc)})")
+
+
+def _identity() -> dict | None:
+    """The running call's identity (``current_call()``), as plain data for the worker."""
+    from ..identity import current_call
+
+    try:
+        ident = current_call()
+    except LookupError:
+        return None
+    return {f.name: getattr(ident, f.name) for f in dataclasses.fields(ident)} | {"labels": dict(ident.labels)}
+
+
+def _error_of(reply: Any) -> BaseException | None:
+    """The exception a thread's outcome holds, or None for a value."""
+    return getattr(reply, "error", None)
