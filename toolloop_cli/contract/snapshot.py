@@ -1,8 +1,8 @@
 """What a run stores of the contract it used, so ``runs show --contract`` can print it after the
 registry file changed or went away.
 
-``registry`` is the registry declaration as data, exactly what ``contract_sha256`` is the hash of
-(canonical JSON), so the snapshot can be checked against the hash. MCP tools add what their servers
+``registry`` is the registry declaration as data (the keys it sets), exactly what
+``contract_sha256`` is the hash of (canonical JSON), so the snapshot can be checked against the hash. MCP tools add what their servers
 said at admission (description, schemas, annotations) and the effect the run gave them.
 """
 
@@ -15,7 +15,7 @@ from .compiled import Contract
 
 
 def contract_snapshot(contract: Contract) -> dict:
-    registry: Any = contract.decl.model_dump(mode="json") if contract.decl is not None else None
+    registry: Any = contract.decl.model_dump(mode="json", exclude_unset=True) if contract.decl is not None else None
     mcp_tools = {}
     for sub in contract.subagents.values():
         for t in sub.tools.values():

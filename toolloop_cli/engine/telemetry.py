@@ -87,9 +87,31 @@ def open_telemetry(*, run_id: str, mode: str, subagent: str | None, labels: Mapp
     version = _version()
     if version:
         attributes["service.version"] = version
+    _quiet_sdk_logs(say)
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return RunTelemetry(provider, run_id=run_id, mode=mode, subagent=subagent, labels=labels, warn=say)
+
+
+def _quiet_sdk_logs(say: Callable[[str], None]) -> None:
+    """The SDK and the exporter log each failed export (with tracebacks at times): one line on the
+    run's warning channel instead, the first time."""
+    import logging
+
+    class _Once(logging.Handler):
+        said = False
+
+        def emit(self, record: logging.LogRecord) -> None:
+            if not self.said:
+                self.said = True
+                say(f"telemetry: spans may not reach the collector: {_short(record.getMessage())}")
+
+    logger = logging.getLogger("opentelemetry")
+    for old in [h for h in logger.handlers if type(h).__name__ == "_Once"]:
+        logger.removeHandler(old)
+    handler = _Once(logging.WARNING)
+    logger.addHandler(handler)
+    logger.propagate = False
 
 
 def _exporter(proto: str, say: Callable[[str], None]) -> Any:
@@ -204,25 +226,25 @@ class RunTelemetry:
             end = start + int(r.duration_ms * 1_000_000)
         else:
             start = end
+        # the run's id, subagent and batch id are on the run's span (each attribute costs the SDK
+        # a check and an encoding, per call)
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool",
             "gen_ai.tool.name": r.tool,
             "gen_ai.tool.call.id": r.receipt_id,
-            "gen_ai.tool.type": "function",
-            "toolloop.run_id": r.run_id,
             "toolloop.receipt_id": r.receipt_id,
             "toolloop.status": r.status,
             "toolloop.seq": r.seq,
-            "toolloop.subagent": r.subagent,
             "toolloop.attempts": r.attempts,
             "toolloop.cache": r.cache,
-            "toolloop.abandoned": r.abandoned,
             **self.labels,
         }
-        for key in ("item_key", "call_key", "parent_receipt_id", "iteration", "parallel_batch_id"):
+        for key in ("item_key", "call_key", "parent_receipt_id", "iteration"):
             value = getattr(r, key)
             if value is not None:
                 attributes[f"toolloop.{key}"] = value
+        if r.abandoned:
+            attributes["toolloop.abandoned"] = True
         if r.error is not None:
             attributes["error.type"] = r.error.get("kind") or r.status
         elif r.status != "ok":
