@@ -61,7 +61,6 @@ class RunServices:
     #: the routed loop's budget ledger (``routed.RoutedRunner``): child runs and dispatched calls
     #: check and charge it; None in sequential and parallel runs
     budget: Any = None
-    telemetry: Any = None  # engine.telemetry.RunTelemetry while traces are exported
 
 
 class Sequencer:

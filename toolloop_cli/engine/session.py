@@ -224,7 +224,7 @@ class RunSession:
         with _Signals(state, self.options) as signals:
             runner.begin(self)
             self._describe()
-            telemetry = self.telemetry = self.ctx.services.telemetry = open_telemetry(
+            telemetry = self.telemetry = open_telemetry(
                 run_id=self.run_id, mode=self.mode, subagent=self.ctx.config.subagent, labels=self.ctx.config.labels,
                 warn=self.options.on_warning)
             loop_token: list[trio.lowlevel.TrioToken] = []

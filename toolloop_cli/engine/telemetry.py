@@ -14,8 +14,8 @@ One trace per run session:
   (denied, skipped, duplicate, budget_exceeded, interrupted), timed from the receipt;
 - ``chat {model}``: one per model request answered (a routed run), with its token usage.
 
-Approval answers (on the call's span), supervisor, guardrail and decision records (on the run's
-span) are span events; the run's labels are attributes of every span. Spans are built only from
+Approval answers (on the call's span, from its receipt), supervisor, guardrail and decision
+records (on the run's span) are span events; the run's labels are attributes of every span. Spans are built only from
 what receipts and records carry, which is already redacted: no argument, result or answer text
 is ever exported. A failure inside telemetry turns it off for the rest of the run with one
 warning; it never fails the run.
@@ -175,8 +175,6 @@ class RunTelemetry:
             **self.labels,
         })
         self.parent = trace.set_span_in_context(self.root)
-        #: approval answers waiting for their call's receipt: (item_key, call_key) -> events
-        self._approvals: dict[tuple, list[tuple[str, dict, int]]] = {}
 
     def _guard(self, hook: Callable[..., None], *args: Any) -> None:
         if self.failed:
@@ -196,10 +194,6 @@ class RunTelemetry:
     def record(self, rec: dict) -> None:
         """A decision, supervisor or guardrail record: an event of the run's span."""
         self._guard(self._record, rec)
-
-    def approval(self, tool: str, item_key: str | None, call_key: str | None, decision: str, by: str | None) -> None:
-        """An approval answer (or a request left pending): an event of the call's span."""
-        self._guard(self._approval, tool, item_key, call_key, decision, by)
 
     def chat(self, answer: dict, request_model: str, started_ns: int) -> None:
         """A model request answered (a ``model_answer`` record): its ``chat {model}`` span."""
@@ -251,8 +245,11 @@ class RunTelemetry:
             attributes["error.type"] = r.status
         span = self.tracer.start_span(f"execute_tool {r.tool}", context=self.parent, kind=self._kind.INTERNAL,
                                       attributes=attributes, start_time=start)
-        for name, attrs, at in self._approvals.pop((r.item_key, r.call_key), ()):
-            span.add_event(name, attrs, timestamp=at)
+        answer = getattr(r, "approval", None)
+        if answer:  # a gated call: who answered, how, and when
+            span.add_event("toolloop.approval", {"toolloop.decision": str(answer.get("decision")),
+                                                 "toolloop.by": str(answer.get("by"))},
+                           timestamp=_ns(answer.get("at")))
         if r.status != "ok":
             why = r.error.get("message") if r.error else None
             span.set_status(self._status(self._code.ERROR, _short(why or r.status)))
@@ -267,16 +264,6 @@ class RunTelemetry:
             return
         attrs = {f"toolloop.{k}": (_short(rec[k]) if k == "reason" else rec[k]) for k in keep if rec.get(k) is not None}
         self.root.add_event(f"toolloop.{kind}", attrs)
-
-    def _approval(self, tool: str, item_key: str | None, call_key: str | None, decision: str, by: str | None) -> None:
-        attrs: dict[str, Any] = {"toolloop.tool": tool, "toolloop.decision": decision}
-        if item_key is not None:
-            attrs["toolloop.item_key"] = item_key
-        if call_key is not None:
-            attrs["toolloop.call_key"] = call_key
-        if by:
-            attrs["toolloop.by"] = by
-        self._approvals.setdefault((item_key, call_key), []).append(("toolloop.approval", attrs, time.time_ns()))
 
     def _chat(self, answer: dict, request_model: str, started_ns: int) -> None:
         model = request_model or answer.get("model") or "model"
@@ -296,10 +283,6 @@ class RunTelemetry:
         span.end(end_time=max(end, started_ns))
 
     def _close(self, summary: dict) -> None:
-        for events in self._approvals.values():  # answers whose call got no receipt (a paused run)
-            for name, attrs, at in events:
-                self.root.add_event(name, attrs, timestamp=at)
-        self._approvals.clear()
         status = summary.get("status")
         attrs: dict[str, Any] = {"toolloop.status": status}
         if summary.get("outcome") is not None:
