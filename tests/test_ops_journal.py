@@ -333,3 +333,25 @@ def test_a_routed_run_killed_and_resumed_still_verifies(cli, tmp_path, model_ser
         con.execute("UPDATE records SET record=replace(record, '\"reason\":\"a\"', '\"reason\":\"b\"')"
                     " WHERE run_id=? AND n=0", (rid,))
     assert "decision record 0 (iteration 1) does not match" in verify_fails(cli, rid)
+
+
+def test_a_child_run_carries_its_parents_labels_and_its_own_chain(cli, tmp_path, model_server):
+    from test_child_plans import call as child_call
+    from test_child_plans import plan as child_plan
+    from test_child_plans import setup as child_setup
+
+    child_setup(tmp_path, model_server)
+    p = child_plan(tmp_path, {"mode": "sequential", "calls": [{"tool": "research", "args": {"question": "why?"}}]})
+    model_server.script(child_call("echo", {"q": 1}), FINAL, '{"answer": "because"}')
+    ran = cli("run", str(p), "--format", "jsonl", "--label", "team=research", env={"TL_TEST_KEY": KEY})
+    assert ran.returncode == 0, ran.stderr.decode()
+    receipt, summary = jsonl(ran.stdout)
+    child = receipt["child_run_id"]
+    shown = jsonl(cli("runs", "show", child, "--format", "jsonl").stdout)
+    assert shown[-1]["labels"] == summary["labels"] == {"team": "research"}
+    assert shown[-1]["chain_sha256"] == links(tmp_path, child)[-1][4] != summary["chain_sha256"]
+    for rid in (child, summary["run_id"]):
+        verified = cli("runs", "verify", rid)
+        assert verified.returncode == 0, verified.stderr.decode()
+    listed = jsonl(cli("runs", "list", "--format", "jsonl", "--label", "team=research").stdout)
+    assert {r["run_id"] for r in listed} == {child, summary["run_id"]}
