@@ -8,7 +8,7 @@ _toolloop_subcommands()
     case "$1" in
         "toolloop") echo "abort approvals approve call init lock replay resume run runs schema steer tools validate" ;;
         "toolloop approvals") echo "list" ;;
-        "toolloop runs") echo "export list prune show" ;;
+        "toolloop runs") echo "export list prune show verify" ;;
     esac
 }
 
@@ -26,12 +26,13 @@ _toolloop_options()
         "toolloop lock") echo "--help -h" ;;
         "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
         "toolloop resume") echo "--accept-contract-change --approve --audit --executor --format --halt --help --lanes --order --ray-address --retry-failed --retry-interrupted --state-dir -f -h" ;;
-        "toolloop run") echo "--app-root --approve --audit --dry-run --executor --format --halt --help --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --order --progress --ray-address --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
+        "toolloop run") echo "--app-root --approve --audit --dry-run --executor --format --halt --help --label --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --order --progress --ray-address --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
         "toolloop runs export") echo "--format --help --state-dir -f -h" ;;
-        "toolloop runs list") echo "--format --help --state-dir -f -h" ;;
+        "toolloop runs list") echo "--format --help --label --state-dir -f -h" ;;
         "toolloop runs prune") echo "--help --keep --older-than --state-dir -h" ;;
-        "toolloop runs show") echo "--format --help --state-dir -f -h" ;;
+        "toolloop runs show") echo "--contract --format --help --state-dir -f -h" ;;
+        "toolloop runs verify") echo "--help --state-dir -h" ;;
         "toolloop schema") echo "--help -h" ;;
         "toolloop steer") echo "--help --state-dir -h" ;;
         "toolloop tools") echo "--format --help --subagent -f -h -s" ;;
@@ -74,6 +75,7 @@ _toolloop_option_value()
         "toolloop run --audit") echo "@file" ;;
         "toolloop run --executor") echo "local ray" ;;
         "toolloop run --halt") echo "@text" ;;
+        "toolloop run --label") echo "@text" ;;
         "toolloop run --lanes") echo "@file" ;;
         "toolloop run --max-output-bytes") echo "@text" ;;
         "toolloop run --order") echo "input completion" ;;
@@ -85,6 +87,7 @@ _toolloop_option_value()
         "toolloop run -j"|"toolloop run --max-concurrency") echo "@text" ;;
         "toolloop runs export --state-dir") echo "@dir" ;;
         "toolloop runs export -f"|"toolloop runs export --format") echo "auto table jsonl json" ;;
+        "toolloop runs list --label") echo "@text" ;;
         "toolloop runs list --state-dir") echo "@dir" ;;
         "toolloop runs list -f"|"toolloop runs list --format") echo "auto table jsonl json" ;;
         "toolloop runs prune --keep") echo "@text" ;;
@@ -92,6 +95,7 @@ _toolloop_option_value()
         "toolloop runs prune --state-dir") echo "@dir" ;;
         "toolloop runs show --state-dir") echo "@dir" ;;
         "toolloop runs show -f"|"toolloop runs show --format") echo "auto table jsonl json" ;;
+        "toolloop runs verify --state-dir") echo "@dir" ;;
         "toolloop steer --state-dir") echo "@dir" ;;
         "toolloop tools -f"|"toolloop tools --format") echo "auto table jsonl json" ;;
         "toolloop tools -s"|"toolloop tools --subagent") echo "@text" ;;
@@ -123,6 +127,7 @@ _toolloop_argument()
         "toolloop run 0") echo "@file" ;;
         "toolloop runs export 0") echo "@text" ;;
         "toolloop runs show 0") echo "@text" ;;
+        "toolloop runs verify 0") echo "@text" ;;
         "toolloop schema 0") echo "registry plan receipt" ;;
         "toolloop steer 0") echo "@text" ;;
         "toolloop steer 1") echo "@text" ;;

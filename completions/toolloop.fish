@@ -33,7 +33,7 @@ function __toolloop_command
                     continue
                 end
             case 'toolloop runs'
-                if contains -- $token export list prune show
+                if contains -- $token export list prune show verify
                     set path "$path $token"
                     continue
                 end
@@ -84,6 +84,7 @@ set -g __toolloop_value_options \
     'toolloop run --executor' \
     'toolloop run --format' \
     'toolloop run --halt' \
+    'toolloop run --label' \
     'toolloop run --lanes' \
     'toolloop run --max-concurrency' \
     'toolloop run --max-output-bytes' \
@@ -98,6 +99,7 @@ set -g __toolloop_value_options \
     'toolloop runs export --state-dir' \
     'toolloop runs export -f' \
     'toolloop runs list --format' \
+    'toolloop runs list --label' \
     'toolloop runs list --state-dir' \
     'toolloop runs list -f' \
     'toolloop runs prune --keep' \
@@ -106,6 +108,7 @@ set -g __toolloop_value_options \
     'toolloop runs show --format' \
     'toolloop runs show --state-dir' \
     'toolloop runs show -f' \
+    'toolloop runs verify --state-dir' \
     'toolloop steer --state-dir' \
     'toolloop tools --format' \
     'toolloop tools --subagent' \
@@ -214,6 +217,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -l audit -r -F -d 'Write
 complete -c toolloop -n '__toolloop_using toolloop run' -l dry-run -d 'Admit the plan and show what would run; run nothing.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l executor -x -a 'local ray' -d 'Where calls of callables run: local (this process and its workers) or ray (tasks on a Ray cluster).'
 complete -c toolloop -n '__toolloop_using toolloop run' -l halt -x -d 'now,fail=N or soon,fail=P%: stop the batch after failures.'
+complete -c toolloop -n '__toolloop_using toolloop run' -l label -x -d 'KEY=VALUE attached to the run (repeatable): in the summary, audit events and telemetry.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l lanes -r -F -d 'JSON Lines file of extra lanes, or - for standard input.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l max-output-bytes -x -d 'Largest result accepted from a call.'
 complete -c toolloop -n '__toolloop_using toolloop run' -l no-cache -d 'Do not read the cache.'
@@ -235,6 +239,7 @@ complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s 
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a prune -d 'Delete finished runs and the cache entries only they used; report what was freed.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a verify -d 'Recompute the hash chain over a run\'s records; exit 1 naming the first record that does not match.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs export
@@ -243,6 +248,7 @@ complete -c toolloop -n '__toolloop_using toolloop runs export' -s f -l format -
 complete -c toolloop -n '__toolloop_using toolloop runs export' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs list
+complete -c toolloop -n '__toolloop_using toolloop runs list' -l label -x -d 'Only runs with this KEY=VALUE label (repeatable; all must match).'
 complete -c toolloop -n '__toolloop_using toolloop runs list' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs list' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop runs list' -s h -l help -d 'Show this message and exit.'
@@ -254,9 +260,14 @@ complete -c toolloop -n '__toolloop_using toolloop runs prune' -l state-dir -r -
 complete -c toolloop -n '__toolloop_using toolloop runs prune' -s h -l help -d 'Show this message and exit.'
 
 # toolloop runs show
+complete -c toolloop -n '__toolloop_using toolloop runs show' -l contract -d 'Print the contract the run used (stored with it) instead, as JSON.'
 complete -c toolloop -n '__toolloop_using toolloop runs show' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs show' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop runs show' -s h -l help -d 'Show this message and exit.'
+
+# toolloop runs verify
+complete -c toolloop -n '__toolloop_using toolloop runs verify' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop runs verify' -s h -l help -d 'Show this message and exit.'
 
 # toolloop schema
 complete -c toolloop -n '__toolloop_using toolloop schema' -s h -l help -d 'Show this message and exit.'

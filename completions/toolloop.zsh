@@ -170,6 +170,7 @@ _toolloop_run() {
         '--dry-run[Admit the plan and show what would run; run nothing.]' \
         '--executor[Where calls of callables run\: local (this process and its workers) or ray (tasks on a Ray cluster).]:executor:(local ray)' \
         '--halt[now,fail=N or soon,fail=P%\: stop the batch after failures.]:halt: ' \
+        '--label[KEY=VALUE attached to the run (repeatable)\: in the summary, audit events and telemetry.]:label: ' \
         '--lanes[JSON Lines file of extra lanes, or - for standard input.]:lanes:_files' \
         '--max-output-bytes[Largest result accepted from a call.]:max-output-bytes: ' \
         '--no-cache[Do not read the cache.]' \
@@ -196,6 +197,7 @@ _toolloop_runs() {
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
         'prune:Delete finished runs and the cache entries only they used; report what was freed.'
         'show:The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+        'verify:Recompute the hash chain over a run'\''s records; exit 1 naming the first record that does not match.'
     )
     _arguments -C \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
@@ -211,6 +213,7 @@ _toolloop_runs() {
                 list) _toolloop_runs_list ;;
                 prune) _toolloop_runs_prune ;;
                 show) _toolloop_runs_show ;;
+                verify) _toolloop_runs_verify ;;
             esac
             ;;
     esac
@@ -226,6 +229,7 @@ _toolloop_runs_export() {
 
 _toolloop_runs_list() {
     _arguments \
+        '--label[Only runs with this KEY=VALUE label (repeatable; all must match).]:label: ' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]'
@@ -241,8 +245,16 @@ _toolloop_runs_prune() {
 
 _toolloop_runs_show() {
     _arguments \
+        '--contract[Print the contract the run used (stored with it) instead, as JSON.]' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1:run_id: '
+}
+
+_toolloop_runs_verify() {
+    _arguments \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:run_id: '
 }

@@ -1304,3 +1304,65 @@ def test_a_child_plan_past_max_depth_or_not_routed_rejects_its_parent(tmp_path):
     with pytest.raises(ConfigError) as exc:
         admit_plan(plan, depth=1, max_depth=1)
     found(exc.value.problems, "TL422", file=shown, at=(7, 7), message=("past runner_defaults.max_depth (1)",))
+
+
+@covers("TL316", "TL317")
+def test_mcp_tool_of_unknown_effect_and_a_server_neither_stdio_nor_http():
+    text = """
+    version: 1
+    subagents:
+      w:
+        runner_defaults: {tool_timeout_s: 5}
+        tools:
+          clock:
+            mcp: {command: [mcp-server-time], allow: [get_current_time]}
+          both:
+            mcp: {command: [srv], url: "http://127.0.0.1:1/mcp", allow: [x]}
+            effect: read
+    """
+    contract, problems = registry(text)
+    assert contract is None
+    unknown = found(problems, "TL316", level="warning", at=pos(text, "clock:"),
+                    message=("effect of MCP tool 'clock' is unknown", "treated as 'write'"),
+                    hint=("set effect:", "trusted: true"))
+    assert unknown.path == "subagents.w.tools.clock"
+    found(problems, "TL317", at=pos(text, "mcp:", 2), message=("exactly one of 'command' or 'url', found both",))
+
+
+@covers("TL372")
+def test_mcp_server_whose_schemas_changed_since_the_lock():
+    import json
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from toolloop_cli.cli.app import app
+
+    server = shutil.which("mcp-server-time") or str(Path(sys.executable).parent / "mcp-server-time")
+    text = f"""
+    version: 1
+    subagents:
+      w:
+        runner_defaults: {{tool_timeout_s: 20}}
+        tools:
+          clock:
+            mcp: {{command: [{server}], allow: [get_current_time]}}
+            effect: read
+    """
+    write("reg.yml", text)
+    runner = CliRunner()
+    assert runner.invoke(app, ["lock", "reg.yml"]).exit_code == 0
+    lock = json.loads(Path("toolloop.lock").read_text())
+    entry = lock["registries"]["reg.yml"]
+    assert list(entry["mcp"]) == ["w/clock"]
+    entry["mcp"]["w/clock"] = "0" * 64  # as if the server's schemas were different when it was locked
+    Path("toolloop.lock").write_text(json.dumps(lock))
+    result = runner.invoke(app, ["validate", "reg.yml", "--format", "json"])
+    assert result.exit_code == 1
+    (changed,) = [Problem(**{k: v for k, v in f.items()}) for f in json.loads(result.stdout)]
+    assert changed.code == "TL372" and (changed.line, changed.col) == pos(text, "clock:")
+    assert "the schemas of tool 'get_current_time' on MCP server" in changed.message
+    assert "changed since toolloop.lock was written (tool 'w/clock')" in changed.message
+    assert "toolloop lock reg.yml" in changed.hint
+    plan_path = write("plan.yml", "version: 1\nregistry: reg.yml\nsubagent: w\nmode: sequential\ncalls: []\n")
+    assert codes(rejected(plan_path)) == ["TL372"]

@@ -11,7 +11,7 @@ from syrupy.matchers import path_type
 from conftest import ROOT, jsonl, write
 
 VOLATILE = path_type(
-    {r"\d+\.(run_id|receipt_id|started_at|finished_at)": (str,), r"\d+\.duration_ms": (float, int)},
+    {r"\d+\.(run_id|receipt_id|started_at|finished_at|chain_sha256)": (str,), r"\d+\.duration_ms": (float, int)},
     regex=True,
 )
 

@@ -166,6 +166,7 @@ def test_an_mcp_tool_without_the_extra_fails_validate_as_it_fails_run(cli, tmp_p
     put(tmp_path, "reg.yml", REG + textwrap.indent(textwrap.dedent("""
         clock:
           mcp: {command: [mcp-server-time], allow: [get_current_time]}
+          effect: read
     """), " " * 6))
     put(tmp_path, "plan.yml", SEQ.format(registry="reg.yml"))
     env = fake_missing_mcp(tmp_path)

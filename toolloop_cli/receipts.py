@@ -105,11 +105,14 @@ def summary_status(counts: dict[str, int], *, stopped: bool = False, interrupted
 
 
 def summary_record(run_id: str | None, mode: str | None, status: str, counts: dict[str, int], duration_ms: float,
-                   contract_sha256: str | None, outcome: str | None = None, final: Any = None,
-                   executor: str = "local") -> dict:
+                   contract_sha256: str | None, outcome: str | None = None, final: Any = None, *,
+                   executor: str = "local", labels: dict[str, str] | None = None,
+                   chain_sha256: str | None = None) -> dict:
     """The last record of a run. ``run_id``, ``mode`` and ``contract_sha256`` are None only for a
     plan rejected before it became a run (status ``rejected``). ``executor`` says where calls of
-    callables run: ``local`` or ``ray``."""
+    callables run (``local`` or ``ray``); ``labels`` are the run's (``{}`` when none);
+    ``chain_sha256`` is the head of the hash chain over the run's records (``chain.py``), None before
+    any record."""
     return {
         "type": "summary",
         "run_id": run_id,
@@ -121,4 +124,6 @@ def summary_record(run_id: str | None, mode: str | None, status: str, counts: di
         "duration_ms": round(duration_ms, 3),
         "contract_sha256": contract_sha256,
         "executor": executor,
+        "labels": dict(labels) if labels else {},
+        "chain_sha256": chain_sha256,
     }

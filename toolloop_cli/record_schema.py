@@ -109,6 +109,8 @@ class SummaryRecord(_Record):
     duration_ms: float = Field(ge=0)
     contract_sha256: Optional[str]
     executor: Literal["local", "ray"]  # where calls of callables run: this process, or a Ray cluster
+    labels: dict[str, str] = Field(default_factory=dict)  # run --label KEY=VALUE
+    chain_sha256: Optional[str] = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # head of the record chain
     rejected_lanes: Optional[int] = Field(default=None, ge=0)  # run --stream
     contract_changed: Optional[bool] = None  # resume --accept-contract-change
     parent_run_id: Optional[str] = None  # child runs

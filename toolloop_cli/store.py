@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _json
+from .chain import EMPTY_SHA256, RESET, Link, link_sha256, record_sha256
 from .errors import RunError, UsageError
 
 # Each entry brings the schema from version i to i + 1; append, never edit a shipped entry.
@@ -144,6 +145,20 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE approvals ADD COLUMN approver TEXT",
         "ALTER TABLE approvals ADD COLUMN requested_at REAL",
         "ALTER TABLE approvals ADD COLUMN answered_at REAL",
+    ),
+    (  # 7: a run's labels and the contract it used (the registry declaration as data), and the
+       # hash chain over each run's records in commit order (see chain.py)
+        "ALTER TABLE runs ADD COLUMN labels TEXT",
+        "ALTER TABLE runs ADD COLUMN contract TEXT",
+        """CREATE TABLE IF NOT EXISTS chain (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            ref INTEGER NOT NULL,
+            record_sha256 TEXT NOT NULL,
+            link_sha256 TEXT NOT NULL,
+            PRIMARY KEY (run_id, n)
+        )""",
     ),
 ]
 
@@ -269,13 +284,27 @@ class Store:
         with self._lock:
             self.db.execute(
                 "INSERT INTO runs (run_id, mode, status, plan_path, plan_sha256, registry_path, contract_sha256,"
-                " options, parallel_batch_id, total_calls, started_at, lease_owner, lease_until)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " options, parallel_batch_id, total_calls, started_at, lease_owner, lease_until, labels, contract)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (run["run_id"], run["mode"], "running", run["plan_path"], run["plan_sha256"], run["registry_path"],
                  run["contract_sha256"], _dumps(run["options"]), run.get("parallel_batch_id"),
                  run["total_calls"], time.time(), run.get("lease_owner"),
-                 None if run.get("lease_owner") is None else time.time() + LEASE_SECONDS),
+                 None if run.get("lease_owner") is None else time.time() + LEASE_SECONDS,
+                 _dumps(run.get("labels") or {}), None if run.get("contract") is None else _dumps(run["contract"])),
             )
+
+    def describe_run(self, run_id: str, labels: dict[str, str], contract: dict | None) -> None:
+        """The run's labels and the snapshot of the contract it runs under (a resume that accepted a
+        changed contract records the new one)."""
+        with self._lock:
+            self.db.execute("UPDATE runs SET labels=?, contract=COALESCE(?, contract) WHERE run_id=?",
+                            (_dumps(labels), None if contract is None else _dumps(contract), run_id))
+
+    def contract_of(self, run_id: str) -> dict | None:
+        """The contract snapshot stored with the run, or None (a run journaled before snapshots)."""
+        with self._lock:
+            row = self.db.execute("SELECT contract FROM runs WHERE run_id=?", (run_id,)).fetchone()
+        return None if row is None or row[0] is None else _loads(row[0])
 
     def set_total_calls(self, run_id: str, total: int) -> None:
         with self._lock:
@@ -360,11 +389,14 @@ class Store:
             row = cur.fetchone()
             return None if row is None else _row(cur, row)
 
-    def list_runs(self) -> list[dict]:
-        """Every run, newest first."""
+    def list_runs(self, labels: dict[str, str] | None = None) -> list[dict]:
+        """Every run, newest first; with ``labels``, only the runs carrying every one of them."""
         with self._lock:
             cur = self.db.execute("SELECT * FROM runs ORDER BY started_at DESC, run_id DESC")
-            return [_row(cur, r) for r in cur.fetchall()]
+            runs = [_row(cur, r) for r in cur.fetchall()]
+        if labels:
+            runs = [r for r in runs if all(r["labels"].get(k) == v for k, v in labels.items())]
+        return runs
 
     def find_runs(self, prefix: str) -> list[str]:
         with self._lock:
@@ -534,31 +566,82 @@ class Store:
     def put_receipts(self, records: list[dict]) -> None:
         """Commit receipt records (one transaction); a later record for the same call replaces
         the earlier one (resume settles a cancelled write as interrupted, or re-runs a call)."""
-        rows = [(r["run_id"], r["seq"], r["status"], _dumps(r)) for r in records]
-        self._transaction(lambda: self.db.executemany(
-            "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows))
+        self.put_records(records)
 
     def put_records(self, receipts: list[dict], others: list[tuple[dict, int]] = ()) -> None:  # type: ignore[assignment]
-        """Commit receipts and other output records in one transaction. ``others`` are
-        ``(record, receipts_before)``: the record and how many receipts were printed before it."""
+        """Commit receipts and other output records in one transaction, each with its link in
+        its run's hash chain (receipts first, then the others, in the order given). ``others``
+        are ``(record, receipts_before)``: the record and how many receipts were printed before it."""
         rows = [(r["run_id"], r["seq"], r["status"], _dumps(r)) for r in receipts]
 
         def work() -> None:
+            links: list[tuple[str, str, int, str]] = []
             if rows:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows)
+                links += [(run_id, "receipt", seq, text) for run_id, seq, _status, text in rows]
+            next_n: dict[str, int] = {}
             for rec, before in others:
-                self.db.execute(
-                    "INSERT INTO records (run_id, n, type, receipts_before, record) VALUES"
-                    " (?, (SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?), ?, ?, ?)",
-                    (rec["run_id"], rec["run_id"], rec["type"], before, _dumps(rec)))
+                run_id, text = rec["run_id"], _dumps(rec)
+                n = next_n.get(run_id)
+                if n is None:
+                    n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?",
+                                        (run_id,)).fetchone()[0]
+                next_n[run_id] = n + 1
+                self.db.execute("INSERT INTO records (run_id, n, type, receipts_before, record) VALUES (?,?,?,?,?)",
+                                (run_id, n, rec["type"], before, text))
+                links.append((run_id, "record", n, text))
+            self._link(links)
 
         self._transaction(work)
 
-    def clear_records(self, run_id: str) -> None:
-        """Forget a run's other output records (a resumed routed run records them again as it replays)."""
+    def _link(self, entries: list[tuple[str, str, int, str]]) -> None:
+        """Append ``(run_id, kind, ref, stored text)`` to their runs' hash chains, in order
+        (inside the transaction that stores the records)."""
+        heads: dict[str, tuple[int, str]] = {}
+        rows = []
+        for run_id, kind, ref, text in entries:
+            head = heads.get(run_id)
+            if head is None:
+                row = self.db.execute("SELECT n, link_sha256 FROM chain WHERE run_id=? ORDER BY n DESC LIMIT 1",
+                                      (run_id,)).fetchone()
+                head = (row[0], row[1]) if row is not None else (-1, "")
+            digest = EMPTY_SHA256 if text is None else record_sha256(text)
+            link = link_sha256(head[1], kind, ref, digest)
+            head = heads[run_id] = (head[0] + 1, link)
+            rows.append((run_id, head[0], kind, ref, digest, link))
+        if rows:
+            self.db.executemany("INSERT INTO chain (run_id, n, kind, ref, record_sha256, link_sha256)"
+                                " VALUES (?,?,?,?,?,?)", rows)
+
+    def chain_head(self, run_id: str) -> str | None:
+        """The last link of the run's hash chain (None before its first record)."""
         with self._lock:
+            row = self.db.execute("SELECT link_sha256 FROM chain WHERE run_id=? ORDER BY n DESC LIMIT 1",
+                                  (run_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def chain_of(self, run_id: str) -> tuple[list[Link], dict[tuple[str, int], str]]:
+        """The run's links in order, and the records the journal holds now: (kind, ref) -> text."""
+        with self._lock:
+            links = [Link(*r) for r in self.db.execute(
+                "SELECT n, kind, ref, record_sha256, link_sha256 FROM chain WHERE run_id=? ORDER BY n", (run_id,))]
+            current: dict[tuple[str, int], str] = {}
+            for kind, sql in (("receipt", "SELECT seq, record FROM receipts WHERE run_id=?"),
+                              ("record", "SELECT n, record FROM records WHERE run_id=?"),
+                              ("model_answer", "SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL")):
+                for ref, text in self.db.execute(sql, (run_id,)):
+                    current[(kind, ref)] = text
+        return links, current
+
+    def clear_records(self, run_id: str) -> None:
+        """Forget a run's other output records (a resumed routed run records them again as it
+        replays); the hash chain says so with a reset link."""
+        def work() -> None:
             self.db.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            self._link([(run_id, RESET, -1, None)])  # type: ignore[list-item]
+
+        self._transaction(work)
 
     def records_of(self, run_id: str) -> list[tuple[int, dict]]:
         """The run's other output records in commit order: ``(receipts_before, record)``."""
@@ -592,13 +675,19 @@ class Store:
 
     # --- model answers (routed runs: replay and resume reuse them) ---------------------
     def put_model_answer(self, answer: dict) -> None:
-        """Commit one model answer (a ``model_answer`` record: run_id, n, role, request_sha256, ...)."""
-        with self._lock:
+        """Commit one model answer (a ``model_answer`` record: run_id, n, role, request_sha256, ...)
+        with its link in the run's hash chain."""
+        text = _dumps(answer)
+
+        def work() -> None:
             self.db.execute(
                 "INSERT OR REPLACE INTO model_answers (run_id, n, role, request_sha256, answer, record)"
                 " VALUES (?,?,?,?,?,?)",
                 (answer["run_id"], answer["n"], answer["role"], answer["request_sha256"], answer.get("text") or "",
-                 _dumps(answer)))
+                 text))
+            self._link([(answer["run_id"], "model_answer", answer["n"], text)])
+
+        self._transaction(work)
 
     def model_answers_of(self, run_id: str) -> list[dict]:
         with self._lock:
@@ -647,7 +736,7 @@ class Store:
                 "SELECT COUNT(*) FROM receipts WHERE run_id IN (SELECT run_id FROM pruned)").fetchone()[0]
             cache = self._unused_cache_keys(runs)
             for table in ("receipts", "records", "controls", "calls", "lanes", "starts", "decisions", "model_answers",
-                          "approvals", "runs"):
+                          "approvals", "chain", "runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM pruned)")
             self.db.executemany("DELETE FROM cache WHERE key=?", ((k,) for k in cache))
             self.db.execute("DROP TABLE pruned")
@@ -773,6 +862,8 @@ def _row(cur: sqlite3.Cursor, row: tuple) -> dict:
     for key in ("options", "counts", "summary"):
         if out.get(key):
             out[key] = _loads(out[key])
+    if "labels" in out:
+        out["labels"] = _loads(out["labels"]) if out["labels"] else {}
     return out
 
 

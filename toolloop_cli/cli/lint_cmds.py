@@ -114,9 +114,15 @@ def lock(registry: Path = typer.Argument(..., help="Registry YAML file.")) -> No
     if contract is None:
         print_findings(problems)
         raise typer.Exit(3)
-    target, entry = write_lock(registry, contract)
+    from ..contract.mcp import schema_hashes
+
+    mcp_hashes, server_problems = schema_hashes(contract)  # each MCP tool's schemas, from its server
+    if any(p.level == "error" for p in server_problems):
+        print_findings(server_problems)
+        raise typer.Exit(3)
+    target, entry = write_lock(registry, contract, mcp=mcp_hashes)
     sys.stderr.write(f"wrote {display_path(target)} ({registry.name}: {len(entry['tools'])} tools,"
-                     f" {len(entry['subagents'])} subagents)\n")
+                     f" {len(entry['subagents'])} subagents{f', {len(mcp_hashes)} MCP schemas' if mcp_hashes else ''})\n")
 
 
 def tools(

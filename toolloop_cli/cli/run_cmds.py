@@ -7,7 +7,7 @@ import sys
 import time
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, List, Optional
 
 import typer
 
@@ -112,13 +112,16 @@ def run(
     order: Order = typer.Option(Order.input, "--order", help="input: receipts in input order (the default); completion: each as soon as it is committed."),
     executor: Placement = typer.Option(Placement.local, "--executor", help=EXECUTOR_HELP),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help=RAY_ADDRESS_HELP),
+    label: Optional[List[str]] = typer.Option(None, "--label", help="KEY=VALUE attached to the run (repeatable): in the summary, audit events and telemetry."),
 ) -> None:
     """Run a plan; print one receipt per call, in input order, then a summary."""
     from ..engine.runstate import HaltPolicy
     from ..errors import ConfigError
     from ..plan.admit import admit_plan
+    from .ops_cmds import parse_labels
 
     started = time.perf_counter()
+    labels = parse_labels(label)
     require_file(plan, "plan")
     if timeout is not None and timeout <= 0:
         fail("--timeout must be above 0", 2)
@@ -194,7 +197,7 @@ def run(
         return
     _execute(admitted, format, policy, timeout, no_cache, refresh_cache, state_dir, audit, max_output_bytes,
              run_id=run_id, store=store, approve=approve.value, order=order.value, executor=executor.value,
-             ray_address=ray_address)
+             ray_address=ray_address, labels=labels)
 
 
 def _open_store(state_dir: Optional[Path]) -> Any:
@@ -210,7 +213,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
              refresh_cache: bool, state_dir: Optional[Path], audit: Optional[Path], max_output_bytes: int,
              resume: Optional[dict] = None, run_id: Optional[str] = None, store: Any = None,
              approve: str = "ask", replay: Any = None, order: str = "input", executor: str = "local",
-             ray_address: Optional[str] = None) -> Any:
+             ray_address: Optional[str] = None, labels: Optional[dict] = None) -> Any:
     from ..engine.run import RunOptions, execute_plan
     from .run_checks import progress_wanted
 
@@ -234,7 +237,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     options = RunOptions(approve=approve, flush_output=out.flush, on_rejected=print_findings, halt=policy, default_timeout_s=timeout, no_cache=no_cache, refresh_cache=refresh_cache,
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice,
                          on_warning=lambda text: notice(f"warning: {text}"), order=order, executor=executor,
-                         ray_address=ray_address)
+                         ray_address=ray_address, labels=labels)
     progress = None
     if progress_wanted(out):
         from ..render.live import LiveProgress

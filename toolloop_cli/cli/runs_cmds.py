@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 
@@ -111,19 +111,22 @@ def _shown_status(store, run: dict) -> str:  # noqa: ANN001 - Store, imported la
 def list_runs(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    label: Optional[List[str]] = typer.Option(None, "--label", help="Only runs with this KEY=VALUE label (repeatable; all must match)."),
 ) -> None:
     """Journaled runs, newest first: id, mode, status, counts, started."""
     from ..receipts import rfc3339
+    from .ops_cmds import parse_labels
 
+    wanted = parse_labels(label)
     store = _open_store(state_dir)
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
     try:
-        for run in store.list_runs():
+        for run in store.list_runs(wanted):
             counts = run["counts"] if run["counts"] is not None else store.counts_of(run["run_id"])
             writer.write({
                 "type": "run", "run_id": run["run_id"], "mode": run["mode"], "status": _shown_status(store, run),
                 "calls": run["total_calls"], "counts": {k: v for k, v in counts.items() if v},
-                "started_at": rfc3339(run["started_at"]), "plan": run["plan_path"],
+                "started_at": rfc3339(run["started_at"]), "plan": run["plan_path"], "labels": run["labels"],
             })
         writer.close()
     except BrokenPipeError:
@@ -137,6 +140,7 @@ def show_run(
     run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    contract: bool = typer.Option(False, "--contract", help="Print the contract the run used (stored with it) instead, as JSON."),
 ) -> None:
     """The receipts of a run again, in order, then the calls waiting for approval, then its summary
     (byte for byte what the run printed as JSON Lines, for a finished run)."""
@@ -147,6 +151,10 @@ def show_run(
     store = _open_store(state_dir)
     try:
         run = find_run(store, run_id)
+        if contract:
+            from .ops_cmds import print_contract
+
+            return print_contract(store, run)
         receipts = with_other_records(in_output_order(store.receipts_of(run["run_id"]), run["total_calls"]),
                                       store.records_of(run["run_id"]))
         status = _shown_status(store, run)

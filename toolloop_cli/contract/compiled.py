@@ -58,8 +58,9 @@ class ToolSpec:
     contract_sha256: str
     mcp: Any = None  # McpDecl for MCP tools
     runtime: str = "trio"  # async callables: the event loop they need, trio | asyncio (set at compile)
-    #: MCP tools: which of "description", "input", "output" come from the server's tools/list
-    #: (filled in at admission, see contract/mcp.py) rather than from the registry
+    #: MCP tools: which of "description", "input", "output" come from the server's tools/list,
+    #: and "effect", "idempotent" from a trusted server's annotations (filled in at admission, see
+    #: contract/mcp.py) rather than from the registry
     from_server: frozenset[str] = frozenset()
     source: tuple[str, int, int] = ("", 1, 1)  # where the tool is declared: file, line, column
 

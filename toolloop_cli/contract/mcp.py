@@ -1,20 +1,37 @@
 """MCP tools (SPEC 5.8): what a server offers, read once at admission.
 
-A tool's description and schemas come from the server's ``tools/list`` unless the registry pins
-them. Admission starts each server that a subagent's MCP tools need, lists its tools, and fills
-in the tool specs (validators compiled like any other); the run then keeps one session per
-server (``engine/mcp.py``).
+A server is reached over stdio (``command``) or Streamable HTTP (``url``, with headers whose
+values come from the environment variables ``headers_env`` names; those values are secrets, hidden
+in every message). A tool's description and schemas come from the server's ``tools/list`` unless
+the registry pins them; with ``trusted: true`` its annotations give the tool's default ``effect``
+and ``idempotent`` too. Admission lists each server that a subagent's MCP tools need, fills in the
+tool specs (validators compiled like any other) and, when a ``toolloop.lock`` beside the registry
+holds the schema hashes of MCP tools, refuses a server whose tools' schemas changed (TL372). The
+run then keeps one session per server (``engine/executors/mcp.py``).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterable, Mapping
 
+from .._canonical import sha256_of
 from .._text import error_text, listing, quoted
 from .compiled import SubagentSpec, ToolSpec
 from .problems import Problem
 from .schemas import check_refs, compile_validator, meta_errors
+
+INSTALL_LINE = "pip install 'toolloop-cli[mcp]'"
+LOCK_NAME = "toolloop.lock"
+#: seconds a server has to answer ``tools/list`` at admission when its tools set no timeout
+LIST_TIMEOUT_S = 30.0
+
+
+class McpConfigError(Exception):
+    """A server that cannot be reached as declared (an unset header variable)."""
 
 
 def client_missing() -> str | None:
@@ -27,13 +44,20 @@ def client_missing() -> str | None:
 
 
 def server_key(decl: Any) -> tuple:
-    """One server per distinct command line and environment."""
+    """One server per distinct command line and environment, or address and headers."""
+    if decl.url is not None:
+        return ("url", decl.url, tuple(sorted(decl.headers_env.items())))
     return (tuple(decl.command), tuple(sorted(decl.env.items())))
 
 
-def server_params(decl: Any) -> Any:
-    import os
+def server_name(decl: Any) -> str:
+    """How messages name a server (an address is shown without its query string)."""
+    if decl.url is not None:
+        return decl.url.split("?", 1)[0]
+    return " ".join(decl.command)
 
+
+def server_params(decl: Any) -> Any:
     from mcp import StdioServerParameters
 
     env = dict(os.environ)
@@ -41,60 +65,176 @@ def server_params(decl: Any) -> Any:
     return StdioServerParameters(command=decl.command[0], args=list(decl.command[1:]), env=env)
 
 
-async def list_server_tools(decl: Any) -> dict[str, Any]:
-    """Start the server, list its tools, stop it: name -> the SDK's Tool."""
+def headers(decl: Any, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The HTTP headers sent to a server, their values read from the environment."""
+    environ = os.environ if environ is None else environ
+    out = {}
+    for name, var in decl.headers_env.items():
+        value = environ.get(var)
+        if not value:
+            raise McpConfigError(f"environment variable {var} (header {name} of MCP server {server_name(decl)})"
+                                 " is not set")
+        out[name] = value
+    return out
+
+
+def secrets(decls: Iterable[Any], environ: Mapping[str, str] | None = None) -> list[str]:
+    """The header values of these servers: hidden wherever they would be written."""
+    environ = os.environ if environ is None else environ
+    return [environ[var] for d in decls if d is not None and d.url is not None
+            for var in d.headers_env.values() if environ.get(var)]
+
+
+def scrub_text(text: str, decls: Iterable[Any]) -> str:
+    for value in sorted(secrets(decls), key=len, reverse=True):
+        text = text.replace(value, "[REDACTED]")
+    return text
+
+
+async def list_server_tools(decl: Any, timeout_s: float = LIST_TIMEOUT_S) -> dict[str, Any]:
+    """Reach the server, list its tools, let it go: name -> the SDK's Tool."""
+    import trio
     from mcp import ClientSession
-    from mcp.client.stdio import stdio_client
 
-    async with stdio_client(server_params(decl)) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            answer = await session.list_tools()
-    return {tool.name: tool for tool in answer.tools}
+    with trio.fail_after(timeout_s):
+        if decl.url is not None:
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            async with create_mcp_http_client(headers=headers(decl)) as client:
+                async with streamable_http_client(decl.url, http_client=client) as streams:
+                    async with ClientSession(streams[0], streams[1]) as session:
+                        await session.initialize()
+                        listing = await session.list_tools()
+        else:
+            from mcp.client.stdio import stdio_client
+
+            async with stdio_client(server_params(decl)) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    listing = await session.list_tools()
+    return {tool.name: tool for tool in listing.tools}
 
 
-def _problem(tool: ToolSpec, message: str, hint: str) -> Problem:
+def schema_hash(offered: Any) -> str:
+    """What ``toolloop lock`` records of a server's tool: the hash of its schemas."""
+    return sha256_of({"name": offered.name, "input_schema": offered.input_schema,
+                      "output_schema": getattr(offered, "output_schema", None)})
+
+
+def annotated_effect(offered: Any) -> tuple[str, bool]:
+    """``(effect, idempotent)`` from a tool's annotations; a missing hint takes the MCP
+    specification's default (readOnlyHint false, destructiveHint true, idempotentHint false)."""
+    notes = getattr(offered, "annotations", None)
+
+    def hint(name: str, default: bool) -> bool:
+        value = getattr(notes, name, None) if notes is not None else None
+        return default if value is None else bool(value)
+
+    if hint("read_only_hint", False):
+        return "read", True
+    effect = "destructive" if hint("destructive_hint", True) else "write"
+    return effect, hint("idempotent_hint", False)
+
+
+def _problem(tool: ToolSpec, message: str, hint: str, code: str = "TL313") -> Problem:
     file, line, col = tool.source
-    return Problem("TL313", message, file, line, col, f"subagents.{tool.subagent}.tools.{tool.id}.mcp", hint)
+    return Problem(code, message, file, line, col, f"subagents.{tool.subagent}.tools.{tool.id}.mcp", hint)
 
 
-def resolve_server_tools(sub: SubagentSpec) -> list[Problem]:
-    """Fill in the MCP tools of ``sub`` from their servers; the problems found (TL313, and
-    TL320-TL322 for a server schema that is not valid) are returned. Blocking: call it outside
-    an event loop."""
-    pending = [t for t in sub.tools.values() if t.kind == "mcp" and t.from_server]
-    if not pending:
+def _first(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _why(exc: BaseException, decl: Any) -> str:
+    import trio
+
+    first = _first(exc)
+    if isinstance(first, trio.TooSlowError):
+        return "it did not answer in time"
+    if isinstance(first, McpConfigError):
+        return str(first)
+    return scrub_text(error_text(first), [decl])
+
+
+def read_locked_hashes(registry_file: str | os.PathLike | None) -> dict[str, str] | None:
+    """The MCP schema hashes ``toolloop lock`` recorded for this registry ("subagent/tool" -> hash),
+    or None when there is no lock beside it or it holds none (an unreadable lock is for
+    ``validate --locked`` to report)."""
+    if not registry_file:
+        return None
+    path = Path(registry_file)
+    try:
+        data = json.loads((path.parent / LOCK_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    entry = data
+    if isinstance(data.get("registries"), dict):  # one lock per folder, an entry per registry file
+        entry = data["registries"].get(path.name)
+    elif data.get("registry") not in (None, path.name):
+        return None
+    hashes = entry.get("mcp") if isinstance(entry, dict) else None
+    return hashes if isinstance(hashes, dict) and hashes else None
+
+
+def _timeout(tools: list[ToolSpec]) -> float:
+    given = [t.timeout_s for t in tools if t.timeout_s]
+    return max(given) if given else LIST_TIMEOUT_S
+
+
+def resolve_server_tools(sub: SubagentSpec, *, locked: Mapping[str, str] | None = None,
+                         hashes: dict[str, str] | None = None) -> list[Problem]:
+    """Fill in the MCP tools of ``sub`` from their servers; the problems found (TL313, TL320-TL322
+    for a server schema that is not valid, TL372 for a server whose schemas differ from
+    ``locked``) are returned. ``hashes``, when given, receives every listed tool's schema hash.
+    Blocking: call it outside an event loop."""
+    wanted = [t for t in sub.tools.values() if t.kind == "mcp" and (
+        t.from_server or hashes is not None or (locked and f"{sub.id}/{t.id}" in locked))]
+    if not wanted:
         return []
     import trio
 
-    try:
-        import mcp  # noqa: F401
-    except ImportError:
+    if client_missing() is not None:
         return [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not installed",
-                         "pip install 'toolloop-cli[mcp]'") for t in pending]
+                         INSTALL_LINE) for t in wanted]
     by_server: dict[tuple, list[ToolSpec]] = {}
-    for t in pending:
+    for t in wanted:
         by_server.setdefault(server_key(t.mcp), []).append(t)
     problems: list[Problem] = []
     for tools in by_server.values():
         decl = tools[0].mcp
         try:
-            offered = trio.run(list_server_tools, decl)
-        except BaseException as exc:  # noqa: BLE001 - a server that fails to start is a finding
+            offered = trio.run(list_server_tools, decl, _timeout(tools))
+        except BaseException as exc:  # noqa: BLE001 - a server that cannot be reached is a finding
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            first = exc
-            while isinstance(first, BaseExceptionGroup):
-                first = first.exceptions[0]
-            problems += [_problem(t, f"MCP server {quoted(' '.join(decl.command))} for tool {quoted(t.id)} could not be "
-                                     f"started or listed: {error_text(first)}",
-                                  "check that mcp.command starts the server") for t in tools]
+            how = "reached" if decl.url is not None else "started"
+            fix = ("check mcp.url, that the server runs, and the variables in mcp.headers_env"
+                   if decl.url is not None else "check that mcp.command starts the server")
+            problems += [_problem(t, f"MCP server {quoted(server_name(decl))} for tool {quoted(t.id)} could not be {how} or"
+                                     f" listed: {_why(exc, decl)}", fix) for t in tools]
             continue
         for t in tools:
             found = offered.get(t.ref)
             if found is None:
-                problems.append(_problem(t, f"MCP server {quoted(' '.join(decl.command))} offers no tool {quoted(t.ref)}",
+                problems.append(_problem(t, f"MCP server {quoted(server_name(decl))} offers no tool {quoted(t.ref)}",
                                          f"it offers: {listing(sorted(offered)) or 'nothing'}"))
+                continue
+            name = f"{sub.id}/{t.id}"
+            digest = schema_hash(found)
+            if hashes is not None:
+                hashes[name] = digest
+            if locked and name in locked and locked[name] != digest:
+                problems.append(_problem(
+                    t, f"the schemas of tool {quoted(t.ref)} on MCP server {quoted(server_name(decl))} changed since"
+                       f" {LOCK_NAME} was written (tool {quoted(name)})",
+                    f"review the server's change, then run 'toolloop lock {t.source[0]}'", "TL372"))
+                continue
+            if not t.from_server:
                 continue
             fixed, schema_problems = _with_server_schemas(t, found)
             problems += schema_problems
@@ -108,6 +248,14 @@ def _with_server_schemas(t: ToolSpec, offered: Any) -> tuple[ToolSpec | None, li
     problems = []
     if "description" in t.from_server:
         changes["description"] = offered.description or ""
+    if "effect" in t.from_server or "idempotent" in t.from_server:
+        effect, idempotent = annotated_effect(offered)
+        effect = effect if "effect" in t.from_server else t.effect
+        idempotent = idempotent if "idempotent" in t.from_server else t.idempotent
+        changes["effect"], changes["idempotent"] = effect, idempotent
+        if effect in ("write", "destructive") and not idempotent and "timeout" in t.retry.on:
+            # an at-most-once write is never tried again after a timeout
+            changes["retry"] = replace(t.retry, on=t.retry.on - {"timeout"})
     for part, attr, schema in (("input", "input_schema", offered.input_schema),
                                ("output", "output_schema", getattr(offered, "output_schema", None))):
         if part not in t.from_server:
@@ -123,3 +271,24 @@ def _with_server_schemas(t: ToolSpec, offered: Any) -> tuple[ToolSpec | None, li
     if problems:
         return None, problems
     return replace(t, **changes), []
+
+
+def lock_problems(contract: Any) -> list[Problem]:
+    """TL372 (and TL313) for the MCP servers whose tools' schemas differ from those recorded in
+    the ``toolloop.lock`` beside the registry; nothing when there is no such lock."""
+    locked = read_locked_hashes(contract.file)
+    if not locked:
+        return []
+    problems: list[Problem] = []
+    for sub in contract.subagents.values():
+        problems += resolve_server_tools(sub, locked=locked)
+    return problems
+
+
+def schema_hashes(contract: Any) -> tuple[dict[str, str], list[Problem]]:
+    """Every MCP tool's schema hash ("subagent/tool" -> hash), for ``toolloop lock``."""
+    hashes: dict[str, str] = {}
+    problems: list[Problem] = []
+    for sub in contract.subagents.values():
+        problems += resolve_server_tools(sub, hashes=hashes)
+    return dict(sorted(hashes.items())), problems

@@ -31,9 +31,15 @@ class ApprovalDecl(Closed):
 
 
 class McpDecl(Closed):
-    command: Annotated[list[StrictStr], Field(min_length=1)]
+    """An MCP server: over stdio (``command``, ``env``) or Streamable HTTP (``url``, ``headers_env``:
+    header name -> the environment variable holding its value); exactly one of the two."""
+
+    command: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
     env: dict[str, StrictStr] = {}
+    url: Optional[StrictStr] = None
+    headers_env: dict[str, StrictStr] = {}
     allow: Annotated[list[StrictStr], Field(min_length=1)]
+    trusted: StrictBool = False  # take the server's tool annotations as the default effect
 
 
 class GraphDecl(Closed):

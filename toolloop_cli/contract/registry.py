@@ -341,6 +341,9 @@ def _compile_tool(
     at = ("subagents", sid, "tools", tid)
     errors_before = sum(p.level == "error" for p in col.problems)
     _check_kind(tid, t, at, col)
+    effect, idempotent, annotated = t.effect, t.idempotent, frozenset[str]()
+    if t.mcp is not None:
+        effect, idempotent, annotated = _mcp_effect(tid, t, at, col)
     fn, failed = _resolve_callable(tid, t, at, root, col, misspelled, missing)
     if check_timeout and t.timeout_s is None and subagent_timeout is None and default_timeout_s is None:
         col.add("TL310", f"tool {quoted(tid)} has no timeout", at,
@@ -355,6 +358,8 @@ def _compile_tool(
                     "fix the envelope mapping (see the control envelope section of docs/calls.md)")
     redact = _check_redaction(t, at, col)
     writes_once = _check_retry(tid, t, at, col)
+    if t.mcp is not None and not annotated:  # an MCP tool of unknown effect is a write (TL316)
+        writes_once = effect in ("write", "destructive") and not idempotent
     gate = _compile_gate(tid, t, at, col)
     if failed or sum(p.level == "error" for p in col.problems) > errors_before:
         return None
@@ -376,8 +381,8 @@ def _compile_tool(
         retry=_retry_policy(t, writes_once),
         isolation=t.isolation,
         **_limits(t),
-        effect=t.effect,
-        idempotent=t.idempotent,
+        effect=effect,
+        idempotent=idempotent,
         redact=tuple(redact),
         approval=gate,
         approval_text=_approval_text(t),
@@ -386,7 +391,7 @@ def _compile_tool(
         contract_sha256=sha256_of(t.model_dump(mode="json", exclude_unset=True)),
         mcp=t.mcp,
         runtime=runtime,
-        from_server=_from_server(t),
+        from_server=_from_server(t) | annotated,
         source=(col.smap.file, *col.smap.position(at, at_key=True)),
     )
 
@@ -607,6 +612,43 @@ def _compile_gate(tid: str, t: ToolDecl, at: tuple, col: Collector) -> Any:
                 "add approval: {when: ...} or approval: required, or accept it with # toolloop: ignore[TL353]",
                 level="warning", at_key=True)
     return gate
+
+
+def _mcp_effect(tid: str, t: ToolDecl, at: tuple, col: Collector) -> tuple[str, bool, frozenset[str]]:
+    """An MCP tool's server declaration checked (TL317), and its effect: the registry's; else,
+    from a trusted server, its annotations (filled in at admission, ``contract/mcp.py``); else
+    ``write`` (at most once) with a warning (TL316). Returns (effect, idempotent, what the
+    server's annotations decide)."""
+    m = t.mcp
+    assert m is not None
+    where = at + ("mcp",)
+    if (m.command is None) == (m.url is None):
+        found = "both" if m.command is not None else "neither"
+        col.add("TL317", f"the mcp block of tool {quoted(tid)} needs exactly one of 'command' or 'url', found {found}",
+                where, "command: [...] starts a server over stdio; url: reaches one over Streamable HTTP",
+                at_key=True)
+    elif m.url is not None:
+        if not m.url.startswith(("http://", "https://")):
+            col.add("TL317", f"mcp.url of tool {quoted(tid)} must be an http:// or https:// address", where + ("url",),
+                    "e.g. url: http://127.0.0.1:8931/mcp")
+        if m.env:
+            col.add("TL317", f"mcp.env of tool {quoted(tid)} applies to a server started with 'command', not to a url",
+                    where + ("env",), "pass secrets to an HTTP server as headers: headers_env: {Header: ENV_VAR}",
+                    at_key=True)
+    elif m.headers_env:
+        col.add("TL317", f"mcp.headers_env of tool {quoted(tid)} applies to a server reached by 'url'",
+                where + ("headers_env",), "give a server started with 'command' its environment with env:",
+                at_key=True)
+    given = t.model_fields_set
+    if "effect" in given:
+        return t.effect, t.idempotent, frozenset()
+    if m.trusted:
+        return "write", t.idempotent, frozenset({"effect"} | ({"idempotent"} if "idempotent" not in given else set()))
+    col.add("TL316", f"the effect of MCP tool {quoted(tid)} is unknown (its server is not trusted), so it is treated as"
+                     " 'write': run at most once, never retried after a timeout", at, "set effect: read, write or"
+            " destructive on the tool, or trusted: true on its mcp block to take the server's annotations",
+            level="warning", at_key=True)
+    return "write", t.idempotent, frozenset()
 
 
 def _has_write_only(schema: Any) -> bool:

@@ -39,7 +39,9 @@ class RunConfig:
     refresh_cache: bool = False
     output_cap_bytes: int = DEFAULT_OUTPUT_CAP
     approve: str = "ask"  # approval gates: ask (a person) | all | none  (run --approve)
-    labels: dict = field(default_factory=dict)  # run --label: out-of-band identity, never in payloads
+    #: out-of-band identity of the run (run --label KEY=VALUE): in audit events, telemetry and the
+    #: running call's identity (``current_call().labels``); never in arguments or results
+    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -165,4 +167,5 @@ class RunContext:
     def emit_audit(self, event: str, **data: Any) -> None:
         audit = self.services.audit
         if audit is not None:
-            audit({"event": event, "run_id": self.config.run_id, "at": rfc3339(time.time()), **data})
+            audit({"event": event, "run_id": self.config.run_id, "at": rfc3339(time.time()),
+                   "labels": self.config.labels, **data})

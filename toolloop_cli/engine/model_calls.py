@@ -52,9 +52,11 @@ class ModelCalls:
     """
 
     def __init__(self, providers: Mapping[str, Any], *, run_id: str, journal: Callable[[dict], None],
-                 recorded: Sequence[dict] = (), rng: Any = None):
+                 recorded: Sequence[dict] = (), rng: Any = None,
+                 on_answer: Callable[[dict, str, int], None] | None = None):
         import random
 
+        self.on_answer = on_answer  # (model_answer record, requested model, start in ns): telemetry
         self.providers = providers
         self.run_id = run_id
         self.journal = journal
@@ -74,14 +76,17 @@ class ModelCalls:
         reused = self._reuse(n, role)
         if reused is not None:
             return reused
-        t0 = time.perf_counter()
+        t0, started_ns = time.perf_counter(), time.time_ns()
         reply = await self._with_retries(self.providers[role], request, deadline)
         duration_ms = round((time.perf_counter() - t0) * 1000, 3)
-        self.journal({
+        record = {
             "type": "model_answer", "run_id": self.run_id, "n": n, "role": role, "model": reply.model,
             "request_sha256": sha, "text": reply.text, "input_tokens": reply.input_tokens,
             "output_tokens": reply.output_tokens, "duration_ms": duration_ms,
-        })
+        }
+        self.journal(record)
+        if self.on_answer is not None:
+            self.on_answer(record, profile.model, started_ns)
         return Answer(n, role, reply, duration_ms, False)
 
     def _reuse(self, n: int, role: str) -> Answer | None:

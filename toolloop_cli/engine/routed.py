@@ -163,7 +163,8 @@ class RoutedRunner:
         else:
             providers = self.spec.make_providers(self.env)
         self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
-                                 rng=session.ctx.services.rng)
+                                 rng=session.ctx.services.rng,
+                                 on_answer=session.telemetry.chat if session.telemetry is not None else None)
         budget = self.spec.budget
         self.deadline = trio.current_time() + max(0.0, budget.timeout_s - self.state.seconds_used)
         self.t0 = trio.current_time()

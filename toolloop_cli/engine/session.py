@@ -28,6 +28,7 @@ from .context import DEFAULT_OUTPUT_CAP, RunContext, RunServices
 from .executors import Executors
 from .runstate import HaltPolicy, RunState
 from .settle import Settlement
+from .telemetry import open_telemetry
 
 Emit = Callable[[dict], None]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -60,6 +61,8 @@ class RunOptions:
     # "ray" (tasks on the cluster at ``ray_address``, else RAY_ADDRESS, else a local Ray for the run)
     executor: str = "local"
     ray_address: str | None = None
+    # out-of-band identity of the run (run --label KEY=VALUE); None on resume keeps the run's own
+    labels: dict[str, str] | None = None
 
     order: str = "input"  # input | completion (run --order)
 
@@ -199,6 +202,8 @@ class RunSession:
         self.state = RunState(total=total_calls, halt=options.halt)
         self.settlement: Settlement | None = None
         self.journal: JournalWriter | None = None
+        #: the run's traces (``telemetry.RunTelemetry``) when the environment asks for them
+        self.telemetry: Any = None
 
     @property
     def run_id(self) -> str:
@@ -229,6 +234,10 @@ class RunSession:
         # and before the signal handlers (ray.init sets its own)
         with self.ctx.services.executors.connected(), _Signals(state, self.options) as signals:  # type: ignore[union-attr]
             runner.begin(self)
+            self._describe()
+            telemetry = self.telemetry = open_telemetry(
+                run_id=self.run_id, mode=self.mode, subagent=self.ctx.config.subagent, labels=self.ctx.config.labels,
+                warn=self.options.on_warning)
             loop_token: list[trio.lowlevel.TrioToken] = []
 
             def stop_on_writer_error(_exc: BaseException) -> None:
@@ -246,6 +255,9 @@ class RunSession:
             self.settlement = Settlement(journal=journal, children=self.ctx.children, counts=state.counts,
                                          on_emit=self.options.on_receipt,
                                          completion_order=self.options.order == "completion")
+            if telemetry is not None:
+                self.settlement.observers.append(telemetry.receipt)
+                self.settlement.record_observers.append(telemetry.record)
             ending: list[RunnerEnd] = []
 
             async def main() -> None:
@@ -257,10 +269,34 @@ class RunSession:
                         ending.append(await runner(self))
                     nursery.cancel_scope.cancel()
 
-            interrupted = self._loop(main, journal)
-        result = self._finish(ending[0] if ending else RunnerEnd(), interrupted, t0)
-        self.emit(result.summary)
+            try:
+                interrupted = self._loop(main, journal)
+            except BaseException:
+                self._end_telemetry({"status": "interrupted" if state.interrupted else "failed",
+                                     "counts": state.counts})
+                raise
+        try:
+            result = self._finish(ending[0] if ending else RunnerEnd(), interrupted, t0)
+            self.emit(result.summary)
+        finally:  # exported after the summary is out: a slow collector delays only the exit
+            self._end_telemetry(result.summary if "result" in locals() else {"status": "failed"})
         return result
+
+    def _describe(self) -> None:
+        """The run's labels (a resume keeps those it was started with; child runs take their
+        parent's) and the snapshot of the contract it runs under."""
+        from ..contract.snapshot import contract_snapshot
+
+        if self.options.labels is None:
+            run = self.store.get_run(self.run_id)
+            self.options.labels = dict((run or {}).get("labels") or {})
+        self.ctx.config.labels = dict(self.options.labels)
+        self.store.describe_run(self.run_id, self.ctx.config.labels, contract_snapshot(self.ctx.contract))
+
+    def _end_telemetry(self, summary: dict) -> None:
+        telemetry, self.telemetry = self.telemetry, None
+        if telemetry is not None:
+            telemetry.close(summary)
 
     async def run_child(self, runner: Runner, parent_journal: JournalWriter) -> RunResult:
         """Run ``runner`` as a child run inside its parent's event loop (a ``plan:`` tool): its
@@ -268,6 +304,7 @@ class RunSession:
         (``toolloop runs show CHILD_RUN_ID`` prints them)."""
         t0 = time.perf_counter()
         runner.begin(self)
+        self._describe()
         self.journal = _ChildJournal(parent_journal)  # type: ignore[assignment]
         self.settlement = Settlement(journal=self.journal, children=self.ctx.children, counts=self.state.counts)
         async with self.ctx.services.executors.opened():  # type: ignore[union-attr]
@@ -279,7 +316,8 @@ class RunSession:
         state = self.state
         status = end.status or summary_status(state.counts, stopped=end.stopped, interrupted=interrupted)
         summary = summary_record(self.run_id, self.mode, status, state.counts, (time.perf_counter() - t0) * 1000,
-                                 self.ctx.contract.contract_sha256, executor=self.options.executor)
+                                 self.ctx.contract.contract_sha256, executor=self.options.executor,
+                                 labels=self.ctx.config.labels, chain_sha256=self.store.chain_head(self.run_id))
         summary.update(end.summary)
         if self.parent is not None:
             summary["parent_run_id"], summary["parent_receipt_id"] = self.parent

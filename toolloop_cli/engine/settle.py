@@ -67,6 +67,10 @@ class Settlement:
         self.counts = counts if counts is not None else {s: 0 for s in STATUSES}
         self.children = children if children is not None else Children()
         self.listeners: list[Sink] = []
+        #: see each receipt this session commits, once (the calls it settles, the receipts resume
+        #: itself settles, dispatched calls) and each other record (telemetry)
+        self.observers: list[Sink] = []
+        self.record_observers: list[Callable[[dict], None]] = []
         self._sink = sink
         self._record_sink = record_sink
         self._journal = journal
@@ -96,6 +100,8 @@ class Settlement:
         self.counts[receipt.status] += 1
         for listener in self.listeners:
             listener(receipt)
+        for observer in self.observers:
+            observer(receipt)
         if self._journal is not None:
             rec = self._committed[receipt.seq] = receipt.as_record()
             self._journal.commit(rec)
@@ -117,6 +123,8 @@ class Settlement:
             self._journal.record(rec, self.handed)
         elif self._record_sink is not None:
             self._record_sink(rec)
+        for observer in self.record_observers:
+            observer(rec)
 
     # -- order --------------------------------------------------------------------------------
 
@@ -184,5 +192,7 @@ class Settlement:
                 journal.emit(receipt.as_record())
             else:  # settled outside this session's calls (resume's own receipts, dispatched calls)
                 journal(receipt.as_record())
+                for observer in self.observers:
+                    observer(receipt)
         if self._sink is not None:
             self._sink(receipt)

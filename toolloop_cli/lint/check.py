@@ -62,6 +62,10 @@ class Checker:
             from .lockfile import drift
 
             self._add(drift(Path(path), contract))
+        if contract is not None:  # with a lock beside it: its MCP servers still offer the locked schemas
+            from ..contract.mcp import lock_problems
+
+            self._add(lock_problems(contract))
         return contract
 
     def plan(self, path: Path) -> None:

@@ -54,9 +54,11 @@ def read_lock(path: Path) -> dict[str, dict]:
     return {data["registry"]: {"tools": data["tools"]}}
 
 
-def write_lock(registry: Path, contract: Any) -> tuple[Path, dict]:
+def write_lock(registry: Path, contract: Any, mcp: dict[str, str] | None = None) -> tuple[Path, dict]:
     """Write (or update) the entry of ``registry`` in its folder's lock, keeping the entries of
-    the other registries there; returns the lock's path and the entry."""
+    the other registries there; returns the lock's path and the entry. ``mcp`` are the schema
+    hashes of its MCP tools ("subagent/tool" -> hash, see ``contract/mcp.py``), checked by ``run``
+    and ``validate`` whenever the lock exists."""
     target = registry.parent / LOCK_NAME
     try:
         entries = read_lock(target)
@@ -65,6 +67,8 @@ def write_lock(registry: Path, contract: Any) -> tuple[Path, dict]:
     except (OSError, ValueError):
         entries = {}  # an unreadable lock is replaced; validate --locked said so (TL371)
     entry = lock_entry(contract)
+    if mcp:
+        entry["mcp"] = dict(sorted(mcp.items()))
     entries[registry.name] = entry
     body = {"version": LOCK_VERSION, "registries": dict(sorted(entries.items()))}
     tmp = target.with_suffix(".lock.tmp")

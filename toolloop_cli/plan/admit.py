@@ -307,9 +307,11 @@ def admit_declaration(
         col.add("TL401", f"unknown subagent {quoted(decl.subagent)}", ("subagent",),
                 f"did you mean {quoted(near)}?" if near else f"subagents: {listing(sorted(contract.subagents))}")
         raise ConfigError(col.problems)
-    from ..contract.mcp import resolve_server_tools
+    from ..contract.mcp import read_locked_hashes, resolve_server_tools
 
-    server_problems = resolve_server_tools(sub)  # MCP tools: descriptions and schemas from their servers
+    # MCP tools: descriptions, schemas (and trusted annotations) from their servers, which must
+    # still offer the schemas toolloop.lock recorded
+    server_problems = resolve_server_tools(sub, locked=read_locked_hashes(contract.file))
     if any(p.level == "error" for p in server_problems):
         raise ConfigError(col.problems + server_problems)
     child_plans: dict = {}

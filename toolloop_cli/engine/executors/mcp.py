@@ -1,4 +1,6 @@
-"""MCP tools: one session per server for a run, started on first use, closed when the run ends."""
+"""MCP tools: one session per server for a run (over stdio or Streamable HTTP), opened on first
+use, closed when the run ends. Each request is bounded by its tool's ``timeout_s``; the values of
+an HTTP server's headers are hidden in whatever comes back (results, errors)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any, AsyncIterator
 import trio
 
 from ...contract.compiled import ToolSpec
-from ...contract.mcp import server_key, server_params
+from ...contract.mcp import headers, secrets, server_key, server_params
 
 
 class McpError(Exception):
@@ -24,11 +26,10 @@ class McpSessions:
 
     async def _serve(self, decl: Any, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         from mcp import ClientSession
-        from mcp.client.stdio import stdio_client
 
         started = False
         try:
-            async with stdio_client(server_params(decl)) as (read, write):
+            async with _transport(decl) as (read, write):
                 async with ClientSession(read, write) as session:
                     await session.initialize()
                     task_status.started(session)
@@ -50,18 +51,60 @@ class McpSessions:
     async def call(self, tool: ToolSpec, args: dict) -> Any:
         """The tool's result: its structured content when the server gives one, else its
         content items as JSON. Raises McpError for a result flagged ``isError``."""
-        session = await self.session(tool.mcp)
-        result = await session.call_tool(tool.ref, args)
+        hidden = secrets([tool.mcp])
+        try:
+            session = await self.session(tool.mcp)
+            result = await session.call_tool(tool.ref, args, read_timeout_seconds=tool.timeout_s)
+        except McpError:
+            raise
+        except Exception as exc:
+            if hidden and any(h in str(exc) for h in hidden):  # never let a header value through
+                raise McpError(_hide(f"{type(exc).__name__}: {exc}", hidden)) from None
+            raise
         if result.is_error:
             text = " ".join(getattr(c, "text", "") for c in result.content).strip()
-            raise McpError(text or f"MCP tool '{tool.ref}' reported an error")
+            raise McpError(_hide(text, hidden) or f"MCP tool '{tool.ref}' reported an error")
         structured = getattr(result, "structured_content", None)
-        if structured is not None:
-            return structured
-        return {"content": [c.model_dump(mode="json", exclude_none=True) for c in result.content]}
+        if structured is None:
+            structured = {"content": [c.model_dump(mode="json", exclude_none=True) for c in result.content]}
+        return _hide_deep(structured, hidden) if hidden else structured
 
     def close(self) -> None:
         self._closing.set()
+
+
+@asynccontextmanager
+async def _transport(decl: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """The server's message streams: its process over stdio, or its address over Streamable HTTP
+    with the declared headers."""
+    if decl.url is None:
+        from mcp.client.stdio import stdio_client
+
+        async with stdio_client(server_params(decl)) as (read, write):
+            yield read, write
+        return
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    async with create_mcp_http_client(headers=headers(decl)) as client:
+        async with streamable_http_client(decl.url, http_client=client) as streams:
+            yield streams[0], streams[1]
+
+
+def _hide(text: str, hidden: list[str]) -> str:
+    for value in sorted(hidden, key=len, reverse=True):
+        text = text.replace(value, "[REDACTED]")
+    return text
+
+
+def _hide_deep(value: Any, hidden: list[str]) -> Any:
+    if isinstance(value, str):
+        return _hide(value, hidden)
+    if isinstance(value, dict):
+        return {_hide(k, hidden) if isinstance(k, str) else k: _hide_deep(v, hidden) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hide_deep(v, hidden) for v in value]
+    return value
 
 
 @asynccontextmanager
