@@ -13,7 +13,7 @@ import re
 from conftest import APP, ROOT, write
 
 REG = APP / "registry.yml"
-_VOLATILE_KEYS = {"run_id", "receipt_id", "parallel_batch_id", "parent_receipt_id", "started_at", "finished_at",
+_VOLATILE_KEYS = {"run_id", "receipt_id", "parallel_batch_id", "parent_receipt_id", "started_at", "finished_at", "chain_sha256",
                   "duration_ms", "completion_seq", "chain_sha256"}
 _RUN_ID = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{8}")
 
