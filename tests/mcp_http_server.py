@@ -18,7 +18,7 @@ import sys
 import time
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
@@ -50,6 +50,14 @@ else:
 def add_comment(ticket: str, text: str) -> dict:
     """Add a comment to a ticket."""
     return {"ticket": ticket, "comment": text, "n": _count("add_comment")}
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def request_meta(ctx: Context) -> dict:
+    """What the request's _meta carried (the client's idempotency key)."""
+    meta = getattr(ctx.request_context, "meta", None)
+    data = meta.model_dump(by_alias=True, exclude_none=True) if hasattr(meta, "model_dump") else dict(meta or {})
+    return {"key": data.get("toolloop/idempotency_key")}
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))

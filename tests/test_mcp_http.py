@@ -211,3 +211,24 @@ def test_a_server_declaration_that_is_neither_stdio_nor_http_is_a_finding(cli, t
     assert proc.returncode == 1
     (finding,) = json.loads(proc.stdout)
     assert finding["code"] == "TL317" and message in finding["message"]
+
+
+def test_mcp_requests_carry_the_calls_idempotency_key_in_meta(cli, tmp_path, server):
+    from toolloop_cli.engine.identity import idempotency_key
+
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        subagents:
+          w:
+            runner_defaults: {{tool_timeout_s: 10}}
+            tools:
+              meta:
+                mcp: {{url: "{server.url}", headers_env: {{X-Api-Key: TICKETS_TOKEN}}, allow: [request_meta],
+                       trusted: true}}
+    """)
+    ran = cli("run", str(plan(tmp_path, [{"tool": "meta", "args": {}}])), "--format", "jsonl", env=env())
+    assert ran.returncode == 0, ran.stderr.decode()
+    receipt, summary = jsonl(ran.stdout)
+    shown = receipt["result"]
+    key = shown.get("key") if "key" in shown else json.loads(shown["content"][0]["text"])["key"]
+    assert key == idempotency_key(summary["run_id"], 0)

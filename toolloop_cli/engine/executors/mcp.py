@@ -54,7 +54,7 @@ class McpSessions:
         hidden = secrets([tool.mcp])
         try:
             session = await self.session(tool.mcp)
-            result = await session.call_tool(tool.ref, args, read_timeout_seconds=tool.timeout_s)
+            result = await session.call_tool(tool.ref, args, read_timeout_seconds=tool.timeout_s, meta=_meta())
         except McpError:
             raise
         except Exception as exc:
@@ -116,6 +116,17 @@ async def open_mcp_sessions() -> AsyncIterator[McpSessions]:
             yield sessions
         finally:
             sessions.close()
+
+
+def _meta() -> Any:
+    """The request's ``_meta``: the call's idempotency key as ``toolloop/idempotency_key``, so an
+    MCP server can refuse to apply a write twice (the same key on every attempt and resume)."""
+    from ..identity import _CURRENT
+
+    ident = _CURRENT.get()
+    if ident is None:
+        return None
+    return {"toolloop/idempotency_key": ident.idempotency_key}
 
 
 class McpExecutor:
