@@ -64,6 +64,7 @@ def test_a_batch_run_is_one_trace_with_every_call_in_it(cli, tmp_path, collector
     assert root.attributes["toolloop.status"] == "failed" and root.status_code == ERROR
     assert root.attributes["toolloop.chain_sha256"] == summary["chain_sha256"]
     assert root.attributes["toolloop.label.ticket"] == "T-1"
+    assert root.attributes["toolloop.parallel_batch_id"] == receipts[0]["parallel_batch_id"]
     assert root.resource["service.name"] == "toolloop"
     spans = by_receipt(collector)
     assert sorted(spans) == sorted(r["receipt_id"] for r in receipts)

@@ -237,7 +237,7 @@ class RunSession:
             self._describe()
             telemetry = self.telemetry = open_telemetry(
                 run_id=self.run_id, mode=self.mode, subagent=self.ctx.config.subagent, labels=self.ctx.config.labels,
-                warn=self.options.on_warning)
+                warn=self.options.on_warning, batch_id=self.ctx.config.parallel_batch_id)
             loop_token: list[trio.lowlevel.TrioToken] = []
 
             def stop_on_writer_error(_exc: BaseException) -> None:

@@ -65,7 +65,8 @@ def missing_extra() -> str | None:
 
 
 def open_telemetry(*, run_id: str, mode: str, subagent: str | None, labels: Mapping[str, str],
-                   warn: Callable[[str], None] | None = None, env: Mapping[str, str] | None = None) -> RunTelemetry | None:
+                   warn: Callable[[str], None] | None = None, env: Mapping[str, str] | None = None,
+                   batch_id: str | None = None) -> RunTelemetry | None:
     """The run's telemetry, or None when the environment does not ask for it (or cannot have it:
     then ``warn`` says why, once)."""
     if not wanted(env):
@@ -90,7 +91,8 @@ def open_telemetry(*, run_id: str, mode: str, subagent: str | None, labels: Mapp
     _quiet_sdk_logs(say)
     provider = TracerProvider(resource=Resource.create(attributes))
     provider.add_span_processor(BatchSpanProcessor(exporter))
-    return RunTelemetry(provider, run_id=run_id, mode=mode, subagent=subagent, labels=labels, warn=say)
+    return RunTelemetry(provider, run_id=run_id, mode=mode, subagent=subagent, labels=labels, warn=say,
+                        batch_id=batch_id)
 
 
 def _quiet_sdk_logs(say: Callable[[str], None]) -> None:
@@ -156,7 +158,7 @@ class RunTelemetry:
     """The spans of one run session. Every hook is called on the engine's thread."""
 
     def __init__(self, provider: Any, *, run_id: str, mode: str, subagent: str | None, labels: Mapping[str, str],
-                 warn: Callable[[str], None]):
+                 warn: Callable[[str], None], batch_id: str | None = None):
         from opentelemetry import trace
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -172,6 +174,7 @@ class RunTelemetry:
             **({"gen_ai.agent.name": subagent} if subagent else {}),
             "toolloop.run_id": run_id,
             "toolloop.mode": mode,
+            **({"toolloop.parallel_batch_id": batch_id} if batch_id else {}),
             **self.labels,
         })
         self.parent = trace.set_span_in_context(self.root)
