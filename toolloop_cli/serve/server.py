@@ -1,0 +1,69 @@
+"""Running the app: Hypercorn's trio worker on one listening socket, until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+import socket
+from functools import partial
+from typing import Any, Callable
+
+from ..errors import UsageError
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket (bound now, so a port in use is a clear error before anything starts)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host!r} is not an address this machine can listen on: {exc.strerror}") from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+                         " (another server may use that port: pick another with --port, or 0 for any free one)") from None
+    return sock
+
+
+def is_loopback(sock: socket.socket) -> bool:
+    try:
+        return ipaddress.ip_address(sock.getsockname()[0].split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def url_of(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _until_signal() -> None:
+    import trio
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for _signum in signals:
+            return
+
+
+def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None] = lambda: None) -> None:
+    """Serve ``app`` on ``sock`` under trio until SIGINT or SIGTERM (then stop gracefully)."""
+    import trio
+    from hypercorn.config import Config
+    from hypercorn.trio import serve as hypercorn_serve
+
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.loglevel = "WARNING"
+    config.graceful_timeout = 1.0
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=_until_signal))
+            on_ready()
+
+    trio.run(main)
