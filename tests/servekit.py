@@ -55,11 +55,11 @@ class Served:
             found = re.search(r"on (http://\S+)$", line)
             if found:
                 self.url = found.group(1)
+            if "user(s) from" in line:
+                break
             opened = re.search(r"open (http://\S+)/\?token=(\S+)", line)
             if opened:
                 self.token = opened.group(2)
-                break
-            if "user(s) from" in line:
                 break
 
     def client(self, token: str | None = "default", **kw) -> httpx.Client:

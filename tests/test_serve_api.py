@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write
+from conftest import APP, write
+from modelserver import Reply
 from servekit import TOKEN, Served, events, registry, toolloop
 
 from toolloop_cli._canonical import sha256_of
+
+
+KEY = "sk-serve-canary"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +31,7 @@ def work(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(work):
-    served = Served(work)
+    served = Served(work, env={"TL_TEST_KEY": KEY})  # what a resumed routed run needs
     yield served
     assert served.stop() == 0, "\n".join(served.log)
 
@@ -62,6 +66,11 @@ def test_every_request_needs_a_token_and_the_page_takes_it_once_as_a_cookie(serv
         assert anonymous.get("/", headers={"Cookie": f"toolloop_session={TOKEN}"}).status_code == 401
     with server.client(token="wrong") as wrong:
         assert wrong.get("/api/runs").status_code == 401
+    with server.client() as api:
+        assert api.get("/api/nope").status_code == 404 and "no such API path" in api.get("/api/nope").json()["error"]
+        assert api.get("/nope").status_code == 404 and "no such page" in api.get("/nope").text
+        assert api.get("/api/runs/no-such-run").status_code == 404
+        assert api.delete("/api/runs").status_code == 405
     with server.client(token=None) as browser:
         opened = browser.get(f"/?token={TOKEN}")
         assert opened.status_code == 303 and opened.headers["location"] == "/"
@@ -261,3 +270,81 @@ def test_redacted_values_never_leave_the_server_and_a_kept_marker_keeps_the_valu
     assert receipt["approval"]["decision"] == "edited"
     assert secret not in shown
     assert secret not in "\n".join(server.log)
+
+
+def test_a_routed_run_is_steered_while_it_runs_then_approved_and_resumed(server, work, model_server):
+    target = work / "routed-written.txt"
+    write(work / "routed-reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{tool_timeout_s: 10}}
+            tools:
+              echo:
+                callable: testapp.tools:echo
+                description: Returns the arguments it got.
+                input_schema: {{type: object}}
+                output_schema: {{}}
+              write_file:
+                callable: testapp.tools:marker
+                description: Writes a file; a person approves every call.
+                effect: write
+                approval: required
+                input_schema: {{type: object, required: [path], properties: {{path: {{type: string}}}}}}
+                output_schema: {{}}
+    """)
+    profile = f"{{provider: openai, model: m, base_url: '{model_server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    write(work / "routed.yml", f"""
+        version: 1
+        registry: routed-reg.yml
+        subagent: t
+        mode: routed
+        goal: Write the file.
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 8, max_tokens: 100000, max_tool_calls: 6, timeout_s: 60}}
+        final_schema: {{type: object, required: [answer]}}
+    """)
+    arrived, release = threading.Event(), threading.Event()
+
+    def call(tool, args):
+        return json.dumps({"action": "call", "tool": tool, "args": args, "reason": "r"})
+
+    def held(_request):
+        arrived.set()
+        release.wait(60)
+        return Reply(call("echo", {"a": 1}))
+
+    model_server.script(Reply(handler=held), call("write_file", {"path": str(target)}))
+    proc = toolloop(work, "run", "routed.yml", "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    with server.client() as api:
+        try:
+            assert arrived.wait(60)  # the first turn is asking the model: the loop is running
+            rid = next(r["run_id"] for r in api.get("/api/runs").json() if r["plan"].endswith("routed.yml"))
+            assert api.post(f"/api/runs/{rid}/steer", json={}).status_code == 400  # steer needs a message
+            steer = api.post(f"/api/runs/{rid}/steer", json={"message": "Prefer short answers."})
+            assert steer.status_code == 200 and steer.json()["kind"] == "steer"
+        finally:
+            release.set()
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 4, err.decode()  # paused: write_file waits for a person
+        assert "Prefer short answers." in json.dumps(model_server.requests[1].json["messages"])
+        (request,) = api.get("/api/approvals", params={"run": rid}).json()
+        assert (request["call_key"], request["tool"], request["effect"], request["args"]) == (
+            "2", "write_file", "write", {"path": str(target)})
+        listed = toolloop(work, "approvals", "list", rid, "--format", "json").communicate(timeout=120)[0]
+        assert json.loads(listed) == [request]  # the same requests as the command line lists
+        assert api.post(f"/api/approvals/{rid}/2", json={"decision": "approve"}).status_code == 200
+        model_server.script('{"action": "final", "reason": "done"}', '{"answer": 1}')
+        assert api.post(f"/api/runs/{rid}/resume").status_code == 202
+        got = events(api, rid)
+    kinds = [k for k, _r in got]
+    assert kinds[-1] == "summary" and got[-1][1]["outcome"] == "final" and got[-1][1]["final"] == {"answer": 1}
+    assert "decision" in kinds
+    sup = [r for k, r in got if k == "supervisor"]
+    assert [(s["rule"], s["action"]) for s in sup] == [("operator", "steer")]
+    receipts = [r for k, r in got if k == "receipt"]
+    assert [(r["tool"], r["status"]) for r in receipts] == [("echo", "ok"), ("write_file", "ok")]
+    assert receipts[1]["approval"]["by"] == getpass.getuser()
+    assert target.read_text() == "ran\n"

@@ -89,7 +89,7 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> HT
 def refusal_page(status: int, why: str) -> str:
     from .auth import OPEN_WITH_TOKEN
 
-    return env().get_template("refused.html").render(status=status, why=why, how=OPEN_WITH_TOKEN if status == 401
+    return env().get_template("refused.html").render(code=status, why=why, how=OPEN_WITH_TOKEN if status == 401
                                                      else "Reload the page and try again.", user=None, csrf="",
                                                      path="")
 
@@ -120,7 +120,7 @@ async def run_page(request: Request) -> Response:
     try:
         record, records, summary, live, pending, waiting = await in_thread(read)
     except Refused as exc:
-        return render(request, "refused.html", status=exc.status, why=exc.message, how="See the list of runs.",
+        return render(request, "refused.html", status=exc.status, code=exc.status, why=exc.message, how="See the list of runs.",
                       title="No such run")
     attention = [r for r in records if (r.get("type") == "receipt" and r.get("status") in NOT_OK)
                  or r.get("type") in ("supervisor", "guardrail") or (r.get("type") == "decision" and r.get("rejected"))]

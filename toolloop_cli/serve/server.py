@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import signal
 import socket
-from functools import partial
 from typing import Any, Callable
 
 from ..errors import UsageError
@@ -41,14 +40,6 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-async def _until_signal() -> None:
-    import trio
-
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for _signum in signals:
-            return
-
-
 def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None] = lambda: None) -> None:
     """Serve ``app`` on ``sock`` under trio until SIGINT or SIGTERM (then stop gracefully)."""
     import trio
@@ -62,8 +53,22 @@ def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None] = lambda: 
     config.graceful_timeout = 1.0
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(partial(hypercorn_serve, app, config, shutdown_trigger=_until_signal))
-            on_ready()
+        stop = trio.Event()
+        # signals are taken from the start: a SIGTERM right after the server says it is ready stops it gracefully too
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def until_signal() -> None:
+                    async for _signum in signals:
+                        stop.set()
+                        return
+
+                async def serving(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+                    await hypercorn_serve(app, config, shutdown_trigger=stop.wait, task_status=task_status)
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(until_signal)
+                await nursery.start(serving)
+                on_ready()
 
     trio.run(main)
