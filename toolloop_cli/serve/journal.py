@@ -186,12 +186,16 @@ class Journal:
                 if alive or (alive is None and (run["lease_until"] or 0) >= time.time()):
                     raise Refused(409, f"run {rid} is running (process {holder_pid(holder)}); wait for it to finish")
             since = time.time()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "toolloop_cli", "resume", rid, "--state-dir", str(self.folder),
-                 "--format", "jsonl"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+            # its messages go to a file (it outlives the server if need be), then to the server's log
+            log_path = self.folder / "serve" / f"resume-{rid}.log"
+            log_path.parent.mkdir(exist_ok=True)
+            with open(log_path, "wb") as log_file:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "toolloop_cli", "resume", rid, "--state-dir", str(self.folder),
+                     "--format", "jsonl"],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True)
             self._resumes[rid] = (proc, since)
-        threading.Thread(target=self._follow_resume, args=(rid, proc), daemon=True,
+        threading.Thread(target=self._follow_resume, args=(rid, proc, log_path), daemon=True,
                          name=f"toolloop-serve-resume-{rid}").start()
         return rid, proc
 
@@ -202,11 +206,14 @@ class Journal:
         run = self.store.get_run(run_id)
         return run is not None and run["summary"] is None and holder_pid(run["lease_owner"]) == str(proc.pid)
 
-    def _follow_resume(self, rid: str, proc: subprocess.Popen) -> None:
+    def _follow_resume(self, rid: str, proc: subprocess.Popen, log_path: Path) -> None:
         from .._text import escape
 
-        assert proc.stderr is not None
-        for raw in proc.stderr:
-            self.log(f"resume {rid}: {escape(raw.decode('utf-8', 'replace').rstrip())}")
         code = proc.wait()
+        try:
+            lines = log_path.read_bytes().decode("utf-8", "replace").splitlines()
+        except OSError:
+            lines = []
+        for line in lines[-20:]:
+            self.log(f"resume {rid}: {escape(line.rstrip())}")
         self.log(f"resume {rid} ended with exit code {code}")
