@@ -22,6 +22,8 @@ NOT_OK = frozenset({"error", "timeout", "invalid_input", "invalid_output", "deni
                     "interrupted", "cancelled", "duplicate", "skipped"})
 #: the most characters of one value the page shows (the API has the whole record)
 SHOWN_CHARS = 4000
+#: the most records of a run the page lists in its timeline, and among those needing attention
+SHOWN_RECORDS = 500
 
 _env = None
 
@@ -125,5 +127,7 @@ async def run_page(request: Request) -> Response:
     attention = [r for r in records if (r.get("type") == "receipt" and r.get("status") in NOT_OK)
                  or r.get("type") in ("supervisor", "guardrail") or (r.get("type") == "decision" and r.get("rejected"))]
     counts = {k: v for k, v in ((summary or {}).get("counts") or record["counts"]).items() if v}
-    return render(request, "run.html", run=record, records=records, summary=summary, live=live, pending=pending,
-                  attention=attention, counts=counts, waiting=waiting, title=f"Run {record['run_id']}")
+    return render(request, "run.html", run=record, records=records[:SHOWN_RECORDS], summary=summary, live=live,
+                  pending=pending, attention=attention[:SHOWN_RECORDS], counts=counts, waiting=waiting,
+                  more=max(0, len(records) - SHOWN_RECORDS), more_attention=max(0, len(attention) - SHOWN_RECORDS),
+                  title=f"Run {record['run_id']}")

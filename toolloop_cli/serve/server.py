@@ -15,7 +15,9 @@ def listen(host: str, port: int) -> socket.socket:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise UsageError(f"--host {host!r} is not an address this machine can listen on: {exc.strerror}") from None
+        from .._text import quoted
+
+        raise UsageError(f"--host {quoted(host)} is not an address this machine can listen on: {exc.strerror}") from None
     family, kind, proto, _name, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -23,9 +25,15 @@ def listen(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+        raise UsageError(f"cannot listen on {_text_excerpt(host)}:{port}: {exc.strerror or exc}"
                          " (another server may use that port: pick another with --port, or 0 for any free one)") from None
     return sock
+
+
+def _text_excerpt(value: str) -> str:
+    from .._text import excerpt
+
+    return excerpt(value)
 
 
 def is_loopback(sock: socket.socket) -> bool:
