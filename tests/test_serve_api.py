@@ -348,3 +348,21 @@ def test_a_routed_run_is_steered_while_it_runs_then_approved_and_resumed(server,
     assert [(r["tool"], r["status"]) for r in receipts] == [("echo", "ok"), ("write_file", "ok")]
     assert receipts[1]["approval"]["by"] == getpass.getuser()
     assert target.read_text() == "ran\n"
+
+
+def test_the_page_shows_hostile_values_escaped(server, work):
+    note = "<script>alert(1)</script>\u202etxt.exe\x1b[2J"
+    proc = toolloop(work, "run", str(plan(work, "hostile", calls=[{"tool": "echo", "call_key": "k<b>", "args": {"note": note}}])),
+                    "--format", "jsonl")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    rid = json.loads(out.decode().splitlines()[-1])["run_id"]
+    with server.client() as api:
+        page = api.get(f"/runs/{rid}")
+        assert page.status_code == 200
+        assert page.headers["content-security-policy"].startswith("default-src 'self'; script-src 'self'")
+        html = page.text
+        assert api.get(f"/api/runs/{rid}/records").json()[0]["args"] == {"note": note}  # the API gives it as it is
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "\u202e" not in html and "\x1b" not in html and "\\u202etxt.exe\\u001b[2J" in html
+    assert "<b>" not in html and "k&lt;b&gt;" in html

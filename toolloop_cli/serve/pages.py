@@ -43,12 +43,16 @@ def env() -> Any:
 
 
 def pretty(value: Any, limit: int | None = SHOWN_CHARS) -> str:
-    """JSON for a person: indented, control characters escaped (JSON does that), clipped."""
+    """JSON for a person: indented, clipped, and still JSON that reads back the same value: every
+    character that is not plain text (controls, DEL and C1, bidirectional marks, line separators,
+    lone surrogates) written as a ``\\uXXXX`` escape."""
+    from .._text import _UNSAFE
+
     try:
         out = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
     except (TypeError, ValueError):
         out = repr(value)
-    out = out.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    out = _UNSAFE.sub(lambda m: m.group() if m.group() == "\n" else f"\\u{ord(m.group()):04x}", out)
     if limit is not None and len(out) > limit:
         return out[:limit] + f"\n… ({len(out) - limit} more characters; the API has the whole record)"
     return out
