@@ -6,7 +6,7 @@
 _toolloop_subcommands()
 {
     case "$1" in
-        "toolloop") echo "abort approvals approve call init lock replay resume run runs schema steer tools validate" ;;
+        "toolloop") echo "abort approvals approve call init lock replay resume run runs schema serve steer tools validate" ;;
         "toolloop approvals") echo "list" ;;
         "toolloop runs") echo "export list prune show verify" ;;
     esac
@@ -34,6 +34,7 @@ _toolloop_options()
         "toolloop runs show") echo "--contract --format --help --state-dir -f -h" ;;
         "toolloop runs verify") echo "--help --state-dir -h" ;;
         "toolloop schema") echo "--help -h" ;;
+        "toolloop serve") echo "--help --host --port --state-dir --users -h" ;;
         "toolloop steer") echo "--help --state-dir -h" ;;
         "toolloop tools") echo "--format --help --subagent -f -h -s" ;;
         "toolloop validate") echo "--app-root --format --help --ignore --locked --max-concurrency --registry --strict --timeout -f -h -j" ;;
@@ -96,6 +97,10 @@ _toolloop_option_value()
         "toolloop runs show --state-dir") echo "@dir" ;;
         "toolloop runs show -f"|"toolloop runs show --format") echo "auto table jsonl json" ;;
         "toolloop runs verify --state-dir") echo "@dir" ;;
+        "toolloop serve --host") echo "@text" ;;
+        "toolloop serve --port") echo "@text" ;;
+        "toolloop serve --state-dir") echo "@dir" ;;
+        "toolloop serve --users") echo "@file" ;;
         "toolloop steer --state-dir") echo "@dir" ;;
         "toolloop tools -f"|"toolloop tools --format") echo "auto table jsonl json" ;;
         "toolloop tools -s"|"toolloop tools --subagent") echo "@text" ;;

@@ -23,7 +23,7 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token abort approvals approve call init lock replay resume run runs schema steer tools validate
+                if contains -- $token abort approvals approve call init lock replay resume run runs schema serve steer tools validate
                     set path "$path $token"
                     continue
                 end
@@ -109,6 +109,10 @@ set -g __toolloop_value_options \
     'toolloop runs show --state-dir' \
     'toolloop runs show -f' \
     'toolloop runs verify --state-dir' \
+    'toolloop serve --host' \
+    'toolloop serve --port' \
+    'toolloop serve --state-dir' \
+    'toolloop serve --users' \
     'toolloop steer --state-dir' \
     'toolloop tools --format' \
     'toolloop tools --subagent' \
@@ -137,6 +141,7 @@ complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an inte
 complete -c toolloop -n '__toolloop_using toolloop' -a run -d 'Run a plan; print one receipt per call, in input order, then a summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a runs -d 'List journaled runs and show their receipts.'
 complete -c toolloop -n '__toolloop_using toolloop' -a schema -d 'Print the JSON Schema of a file format or of the output records.'
+complete -c toolloop -n '__toolloop_using toolloop' -a serve -d 'A web page and JSON API for runs and approvals, over the same journal; every request needs a token.'
 complete -c toolloop -n '__toolloop_using toolloop' -a steer -d 'Add a message to a routed run\'s next turn (read from the journal by the running loop).'
 complete -c toolloop -n '__toolloop_using toolloop' -a tools -d 'List the registry\'s tools: id, kind, effect, description.'
 complete -c toolloop -n '__toolloop_using toolloop' -a validate -d 'Check registries and plans as run would, without running anything; exit 1 on any error.'
@@ -272,6 +277,13 @@ complete -c toolloop -n '__toolloop_using toolloop runs verify' -s h -l help -d 
 # toolloop schema
 complete -c toolloop -n '__toolloop_using toolloop schema' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop schema' -a 'registry plan receipt'
+
+# toolloop serve
+complete -c toolloop -n '__toolloop_using toolloop serve' -l host -x -d 'Address to listen on (loopback unless you say otherwise).'
+complete -c toolloop -n '__toolloop_using toolloop serve' -l port -x -d 'Port to listen on (0: any free one).'
+complete -c toolloop -n '__toolloop_using toolloop serve' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop serve' -l users -r -F -d 'YAML \'name: {token_env: VAR}\': a token per person, recorded as the approver.'
+complete -c toolloop -n '__toolloop_using toolloop serve' -s h -l help -d 'Show this message and exit.'
 
 # toolloop steer
 complete -c toolloop -n '__toolloop_using toolloop steer' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'

@@ -18,6 +18,7 @@ _toolloop() {
         'run:Run a plan; print one receipt per call, in input order, then a summary.'
         'runs:List journaled runs and show their receipts.'
         'schema:Print the JSON Schema of a file format or of the output records.'
+        'serve:A web page and JSON API for runs and approvals, over the same journal; every request needs a token.'
         'steer:Add a message to a routed run'\''s next turn (read from the journal by the running loop).'
         'tools:List the registry'\''s tools\: id, kind, effect, description.'
         'validate:Check registries and plans as run would, without running anything; exit 1 on any error.'
@@ -46,6 +47,7 @@ _toolloop() {
                 run) _toolloop_run ;;
                 runs) _toolloop_runs ;;
                 schema) _toolloop_schema ;;
+                serve) _toolloop_serve ;;
                 steer) _toolloop_steer ;;
                 tools) _toolloop_tools ;;
                 validate) _toolloop_validate ;;
@@ -263,6 +265,15 @@ _toolloop_schema() {
     _arguments \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:name:(registry plan receipt)'
+}
+
+_toolloop_serve() {
+    _arguments \
+        '--host[Address to listen on (loopback unless you say otherwise).]:host: ' \
+        '--port[Port to listen on (0\: any free one).]:port: ' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '--users[YAML '\''name\: {token_env\: VAR}'\''\: a token per person, recorded as the approver.]:users:_files' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]'
 }
 
 _toolloop_steer() {

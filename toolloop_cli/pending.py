@@ -6,7 +6,9 @@ Read from the journal and the run's own files only, without compiling the regist
 is imported): the tool's effect and redaction come from the registry file as written, and
 arguments the journal withheld because they hold a redacted value are read again from the plan
 file and shown redacted. Arguments that cannot be read again (lanes from standard input, a lane
-payload fed at run time) are ``null`` with ``args_withheld: true``.
+payload fed at run time) are ``null`` with ``args_withheld: true``. A routed run's request (its
+call key is the turn) takes its tool and arguments from that turn's decision record, which the
+journal holds redacted.
 """
 
 from __future__ import annotations
@@ -105,3 +107,22 @@ def request_records(rows: list[dict]) -> list[dict]:
             "requested_at": rfc3339(row["requested_at"]),
         })
     return out
+
+
+def pending_records(store: Any, run_id: str | None = None) -> list[dict]:
+    """``approval_request`` records of the requests pending now (of one run, or of all), read
+    from ``store`` (a ``Store``)."""
+    rows = store.pending_requests(run_id)
+    decisions: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row["tool"] is not None or row["item_key"] is not None:
+            continue
+        rid = row["run_id"]
+        if rid not in decisions:  # a routed run: its requests are turns
+            decisions[rid] = {str(rec.get("iteration")): rec for _before, rec in store.records_of(rid)
+                              if rec.get("type") == "decision" and rec.get("action") == "call"}
+        decision = decisions[rid].get(row["call_key"])
+        if decision is not None:
+            row["tool"] = decision.get("tool")
+            row["args"] = decision.get("args")
+    return request_records(rows)

@@ -804,6 +804,13 @@ class Store:
             self.db.execute("INSERT OR REPLACE INTO cache (key, tool, result, created_at) VALUES (?,?,?,?)",
                             (key, tool, _dumps(result), time.time()))
 
+    # --- watching -----------------------------------------------------------------------
+    def data_version(self) -> int:
+        """A number that changes whenever another connection (another process, another Store)
+        commits to the database: a cheap way to tell that there is something new to read."""
+        with self._lock:
+            return int(self.db.execute("PRAGMA data_version").fetchone()[0])
+
 
 # A held lease outlives any run; it is taken over early only when its holder is provably gone.
 LEASE_SECONDS = 7 * 24 * 3600

@@ -108,20 +108,10 @@ def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: 
         fail(f"--args is not JSON: {exc}", 1, "pass a JSON object")
     if not isinstance(edited, dict):
         fail("--args fail the tool's input schema: arguments must be a JSON object", 1, "the request stays pending")
-    from ..contract.registry import load_registry
+    from ..answers import tool_for_call
     from ..engine.gates import input_problem
 
-    run = store.get_run(run_id)
-    tool_id = next((tool for _seq, _lane, i, ck, tool, _a, _s in store.calls_of(run_id)
-                    if ck == call_key and (i or None) == (item or None)), None)
-    if tool_id is None and run["mode"] == "routed":  # a routed call's key is its turn: the decision names the tool
-        tool_id = next((rec.get("tool") for _before, rec in store.records_of(run_id)
-                        if rec.get("type") == "decision" and str(rec.get("iteration")) == call_key), None)
-    options = run["options"] or {}
-    contract, _ = load_registry(run["registry_path"], default_timeout_s=options.get("default_timeout_s"),
-                                app_root=options.get("app_root"))
-    sub = contract.subagents.get(options.get("subagent", "")) if contract is not None else None
-    tool = sub.tools.get(tool_id) if sub is not None and tool_id is not None else None
+    tool = tool_for_call(store, store.get_run(run_id), item, call_key)
     if tool is None:
         fail("--args cannot be checked: the run's registry or call can no longer be read", 1,
              "the request stays pending")
@@ -139,16 +129,16 @@ def list_approvals(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
 ) -> None:
     """Calls waiting for approval: run, keys, tool, effect and exact (redacted) arguments."""
-    from ..pending import request_records
+    from ..pending import pending_records
 
     store = _open_store(state_dir)
     try:
-        rows = store.pending_requests(store.resolve_run_id(run_id) if run_id is not None else None)
+        requests = pending_records(store, store.resolve_run_id(run_id) if run_id is not None else None)
     finally:
         store.close()
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
     try:
-        for rec in request_records(rows):
+        for rec in requests:
             writer.write(rec)
         writer.close()
     except BrokenPipeError:

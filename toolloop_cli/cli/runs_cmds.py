@@ -98,15 +98,6 @@ def resume(
              ray_address=ray_address or (opts.get("ray_address") if executor in (None, Placement.ray) else None))
 
 
-def _shown_status(store, run: dict) -> str:  # noqa: ANN001 - Store, imported lazily
-    """A run still marked running whose process is gone is shown as interrupted."""
-    from ..store import holder_alive
-
-    if run["status"] == "running" and (run["lease_owner"] is None or holder_alive(run["lease_owner"]) is False):
-        return "interrupted"
-    return run["status"]
-
-
 @runs_app.command("list")
 def list_runs(
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
@@ -114,7 +105,7 @@ def list_runs(
     label: Optional[List[str]] = typer.Option(None, "--label", help="Only runs with this KEY=VALUE label (repeatable; all must match)."),
 ) -> None:
     """Journaled runs, newest first: id, mode, status, counts, started."""
-    from ..receipts import rfc3339
+    from ..runview import run_record
     from .ops_cmds import parse_labels
 
     wanted = parse_labels(label)
@@ -122,12 +113,7 @@ def list_runs(
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
     try:
         for run in store.list_runs(wanted):
-            counts = run["counts"] if run["counts"] is not None else store.counts_of(run["run_id"])
-            writer.write({
-                "type": "run", "run_id": run["run_id"], "mode": run["mode"], "status": _shown_status(store, run),
-                "calls": run["total_calls"], "counts": {k: v for k, v in counts.items() if v},
-                "started_at": rfc3339(run["started_at"]), "plan": run["plan_path"], "labels": run["labels"],
-            })
+            writer.write(run_record(store, run))
         writer.close()
     except BrokenPipeError:
         _quiet_stdout()
@@ -144,9 +130,9 @@ def show_run(
 ) -> None:
     """The receipts of a run again, in order, then the calls waiting for approval, then its summary
     (byte for byte what the run printed as JSON Lines, for a finished run)."""
-    from ..engine.history import in_output_order, with_other_records
     from ..engine.resume import find_run
-    from ..pending import request_records
+    from ..pending import pending_records
+    from ..runview import printed_records, shown_status
 
     store = _open_store(state_dir)
     try:
@@ -155,17 +141,16 @@ def show_run(
             from .ops_cmds import print_contract
 
             return print_contract(store, run)
-        receipts = with_other_records(in_output_order(store.receipts_of(run["run_id"]), run["total_calls"]),
-                                      store.records_of(run["run_id"]))
-        status = _shown_status(store, run)
-        waiting = store.pending_requests(run["run_id"])
+        receipts = printed_records(store, run)
+        status = shown_status(run)
+        waiting = pending_records(store, run["run_id"])
     finally:
         store.close()
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
     try:
         for rec in receipts:
             writer.write(rec)
-        for rec in request_records(waiting):  # calls waiting for a person, before the summary
+        for rec in waiting:  # calls waiting for a person, before the summary
             writer.write(rec)
         if run["summary"]:
             writer.write(run["summary"])

@@ -33,7 +33,7 @@ class Approvals:
             approved = row["args"] if row["args"] is not None else args
             # an approval is bound to the hash of the arguments it approved, and used once
             if sha256_of(approved) == row["args_sha256"] and self.store.use_approval(self.run_id, item_key, call_key):
-                return "run", approved, by
+                return "run", approved if row["args"] is None else kept_values(approved, args), by
         self.store.reopen_approval(self.run_id, item_key, call_key, args_sha256)
         return "wait", None, None
 
@@ -46,6 +46,20 @@ class Approvals:
         else:
             self.store.answer_approval(self.run_id, item_key, call_key, "rejected", message=value,
                                        **_approver(self.store, by))
+
+
+def kept_values(edited: Any, original: Any) -> Any:
+    """Edited arguments with each ``"[REDACTED]"`` marker the approver kept replaced by the value
+    the call had there (a person edits the redacted form of arguments, never the secret)."""
+    from .redact import REDACTED
+
+    if edited == REDACTED:
+        return original
+    if isinstance(edited, dict) and isinstance(original, dict):
+        return {k: kept_values(v, original[k]) if k in original else v for k, v in edited.items()}
+    if isinstance(edited, list) and isinstance(original, list):
+        return [kept_values(v, original[i]) if i < len(original) else v for i, v in enumerate(edited)]
+    return edited
 
 
 def _approver(store: Any, by: str) -> dict:

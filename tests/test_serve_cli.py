@@ -1,0 +1,95 @@
+"""``toolloop serve`` as a command: the serve extra, the users file (a token per person, recorded
+as the approver), a token made up at start, the loopback default, a port in use, and stopping on
+SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+
+import pytest
+
+from conftest import write
+from servekit import TOKEN, Served, registry, toolloop
+
+
+def test_without_the_serve_extra_it_says_what_to_install(cli, tmp_path):
+    shim = tmp_path / "shim"
+    write(shim / "starlette" / "__init__.py", "raise ImportError('starlette is not installed here')\n")
+    r = cli("serve", env={"PYTHONPATH": str(shim)})
+    assert r.returncode == 2
+    assert r.stderr.decode() == ("toolloop: error: toolloop serve needs the serve extra (starlette is not installed)\n"
+                                 "  hint: pip install 'toolloop-cli[serve]'\n")
+
+
+@pytest.mark.parametrize("text, env, message", [
+    ("ada: {token_env: ADA_TOKEN}\nbob: {token_env: BOB_TOKEN}\n", {"ADA_TOKEN": "a" * 20},
+     "users.yml:2:18: user 'bob': the variable 'BOB_TOKEN' is not set; export it with the person's token,"
+     " or remove the user from users.yml"),
+    ("ada: {token_env: ADA_TOKEN, role: admin}\n", {"ADA_TOKEN": "a" * 20},
+     "users.yml:1:6: user 'ada' must be {token_env: VARIABLE} (unknown key 'role')"),
+    ("- ada\n", {}, "users.yml:1:1: the users file must map names to {token_env: VARIABLE}"),
+    ("ada: {token_env: [\n", {}, "users.yml:2:1: YAML syntax error"),
+    ("ada: {token_env: A}\nbob: {token_env: B}\n", {"A": "same-token-value", "B": "same-token-value"},
+     "users.yml:2:18: user 'bob' has the same token as another user"),
+])
+def test_a_users_file_that_cannot_be_used_stops_the_server_from_starting(cli, tmp_path, text, env, message):
+    write(tmp_path / "users.yml", text)
+    r = cli("serve", "--users", "users.yml", "--port", "0", env={"ADA_TOKEN": "", "BOB_TOKEN": "", **env})
+    assert r.returncode == 2, r.stderr
+    err = r.stderr.decode()
+    assert err.startswith("toolloop: error: " + message), err
+    assert "Traceback" not in err
+
+
+def test_with_a_users_file_each_person_answers_with_their_own_token_and_name(tmp_path):
+    write(tmp_path / "reg.yml", registry())
+    write(tmp_path / "plan.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "t", "mode": "sequential",
+                                             "calls": [{"tool": "pay", "call_key": "p", "args": {"amount": 500, "to": "x"}}]}))
+    proc = toolloop(tmp_path, "run", "plan.yml", "--format", "jsonl")
+    out, _ = proc.communicate(timeout=120)
+    rid = json.loads(out.decode().splitlines()[-1])["run_id"]
+    write(tmp_path / "users.yml", "ada:\n  token_env: ADA_TOKEN\nbob:\n  token_env: BOB_TOKEN\n")
+    server = Served(tmp_path, "--users", "users.yml", env={"ADA_TOKEN": "ada-token-0123456789",
+                                                           "BOB_TOKEN": "bob-token-0123456789"})
+    try:
+        assert server.token is None and any("2 user(s) from users.yml" in line for line in server.log)
+        with server.client(token=TOKEN) as shared:  # TOOLLOOP_SERVE_TOKEN is not used with --users
+            assert shared.get("/api/runs").status_code == 401
+        with server.client(token="bob-token-0123456789") as bob:
+            assert bob.get("/api/runs").status_code == 200
+        with server.client(token="ada-token-0123456789") as ada:
+            answer = ada.post(f"/api/approvals/{rid}/p", json={"decision": "approve"})
+            assert answer.status_code == 200 and answer.json()["by"] == "ada"
+            assert "ada" in ada.get("/inbox").text
+    finally:
+        assert server.stop() == 0
+    con = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
+    try:
+        assert con.execute("SELECT state, approver FROM approvals").fetchall() == [("approved", "ada")]
+    finally:
+        con.close()
+
+
+def test_a_token_is_made_up_and_printed_when_none_is_given_and_it_listens_on_loopback(tmp_path):
+    server = Served(tmp_path, env={"TOOLLOOP_SERVE_TOKEN": None})
+    try:
+        assert server.url.startswith("http://127.0.0.1:")
+        assert server.token and server.token != TOKEN and len(server.token) >= 24
+        assert any("a new token" in line for line in server.log)
+        with server.client() as api:
+            assert api.get("/api/runs").json() == []
+        with server.client(token=TOKEN) as other:
+            assert other.get("/api/runs").status_code == 401
+        # a port in use is a usage error naming it
+        port = int(server.url.rsplit(":", 1)[1])
+        busy = toolloop(tmp_path, "serve", "--port", str(port))
+        _, err = busy.communicate(timeout=120)
+        assert busy.returncode == 2
+        assert f"cannot listen on 127.0.0.1:{port}" in err.decode() and "--port" in err.decode()
+    finally:
+        assert server.stop() == 0  # SIGTERM stops it cleanly
+    assert server.log[-1] == "toolloop serve: stopped"
+    with socket.socket() as probe:  # and the port is free again
+        probe.bind(("127.0.0.1", port))
