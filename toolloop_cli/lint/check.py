@@ -96,9 +96,15 @@ class Checker:
         contract = self.registry(reg_path)
         if contract is None:
             return  # the registry's own findings say why; run would refuse the plan for them
+        # a plan that a registry's plan tool runs is checked as the child run it is (its context
+        # comes from the calling plan), as run admits it
+        child = decl.context is None and any(
+            t.kind == "plan" and os.path.realpath(t.ref) == os.path.realpath(path)
+            for sub in contract.subagents.values() for t in sub.tools.values())
         try:
             admit_declaration(decl, col, contract, shown=display_path(path), registry_path=reg_path, warnings=[],
-                              max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent)
+                              max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent,
+                              depth=1 if child else 0)
         except ConfigError as exc:
             self._add(exc.problems)
             return
