@@ -220,7 +220,7 @@ def test_receipts_are_those_of_a_local_run_apart_from_times_and_ids(tmp_path, cl
     assert [r["cache"] for r in remote if r["tool"] == "cached"] == ["miss", "hit"]
     assert [r["attempts"] for r in remote if r["tool"] == "flaky"] == [2]
     assert (local_summary["executor"], remote_summary["executor"]) == ("local", "ray")
-    drop = ("run_id", "duration_ms", "executor")
+    drop = ("run_id", "duration_ms", "executor", "chain_sha256")
     assert {k: v for k, v in remote_summary.items() if k not in drop} == \
            {k: v for k, v in local_summary.items() if k not in drop}
 

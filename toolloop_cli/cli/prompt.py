@@ -27,7 +27,7 @@ class TerminalApprover:
 
     def _ask(self, tool: Any, item_key: str | None, call_key: str, args: dict) -> tuple[str, Any]:
         where = f"lane {item_key!r}, call {call_key!r}" if item_key is not None else f"call {call_key!r}"
-        explain = getattr(tool.approval, "explain", None)
+        explain = getattr(getattr(tool, "approval", None), "explain", None)
         why = explain(args, tool.effect) if explain is not None else None
         if why:
             self._say(f"\n{why}")
