@@ -68,19 +68,31 @@ class ItemKeys:
     the spool's current page are held here; every other one is looked up in the journal (an
     index on the lanes table). Behaves as the dict admission used to keep."""
 
-    __slots__ = ("spool", "held", "page")
+    __slots__ = ("spool", "held", "page", "seen")
+
+    #: bits of the filter of keys seen: 1 MiB whatever the number of lanes; a key it has not seen
+    #: is new without asking the journal, and at a million lanes about 1 new key in 20 is asked
+    BITS = 1 << 23
 
     def __init__(self, spool: LaneSpool, held: dict[str, int]):
         self.spool = spool
         self.held = dict(held)
         self.page: dict[str, int] = {}  # keys of the lanes buffered, not journaled yet
+        self.seen = bytearray(self.BITS >> 3)
+
+    def _bits(self, key: str) -> tuple[int, int]:
+        h = hash(key)
+        return h & (self.BITS - 1), (h >> 23) & (self.BITS - 1)
 
     def get(self, key: str, default: int | None = None) -> int | None:
         found = self.page.get(key)
         if found is None:
             found = self.held.get(key)
         if found is None and self.spool.lanes > len(self.spool._buffer):
-            found = self.spool.store.lane_of_item_key(self.spool.run_id, key)
+            a, b = self._bits(key)
+            seen = self.seen
+            if seen[a >> 3] & (1 << (a & 7)) and seen[b >> 3] & (1 << (b & 7)):
+                found = self.spool.store.lane_of_item_key(self.spool.run_id, key)
         return default if found is None else found
 
     def __contains__(self, key: str) -> bool:
@@ -94,6 +106,9 @@ class ItemKeys:
 
     def __setitem__(self, key: str, lane: int) -> None:
         self.page[key] = lane
+        a, b = self._bits(key)
+        self.seen[a >> 3] |= 1 << (a & 7)
+        self.seen[b >> 3] |= 1 << (b & 7)
 
     def __delitem__(self, key: str) -> None:
         # only a lane not journaled yet is taken back (a lane refused by run --stream)
