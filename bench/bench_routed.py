@@ -123,6 +123,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="also print the two figures as one JSON line")
     a = ap.parse_args()
     os.environ["BENCH_KEY"] = "bench-key"
     server = ModelServer().start()
@@ -144,6 +145,8 @@ def main() -> None:
     print(f"bare httpx loop  own time per turn {b:.3f} ms")
     print(f"toolloop routed  own time per turn {o:.3f} ms  (whole run: journal, receipts, budgets, records)")
     print(f"extra per turn: {o - b:.3f} ms  (goal <= 2 ms, aim <= 0.5 ms; {a.turns} turns, median of {a.repeat})")
+    if a.json:
+        print(json.dumps({"toolloop_ms": o, "bare_ms": b, "turns": a.turns, "repeat": a.repeat}))
 
 
 if __name__ == "__main__":

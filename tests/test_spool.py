@@ -94,3 +94,28 @@ def test_admission_hands_streamed_lanes_to_the_spool_not_to_memory(tmp_path):
     assert [c.args["password"] for c in secret_calls] == [CANARY] * 10  # kept in memory, not journaled
     assert CANARY.encode() not in store.path.read_bytes()
     store.close()
+
+
+def test_a_duplicate_item_key_pages_after_the_first_is_found_in_the_journal(tmp_path):
+    from toolloop_cli.engine.spool import LaneSpool
+    from toolloop_cli.errors import ConfigError
+    from toolloop_cli.plan.admit import admit_plan
+    from toolloop_cli.store import Store
+
+    path = lanes_file(tmp_path, 300)
+    with open(path, "a") as fh:  # line 301 repeats the key of line 5, journaled pages before
+        fh.write(json.dumps({"item_key": "k4", "calls": [{"tool": "echo", "args": {}}]}) + "\n")
+        fh.write(json.dumps({"item_key": "inline", "calls": [{"tool": "echo", "args": {}}]}) + "\n")
+    store = Store(tmp_path / "state")
+    spool = LaneSpool(store, "run-d", page=16)
+    with open(path, "rb") as fh:
+        try:
+            admit_plan(plan(tmp_path), lanes=fh, spool=spool)
+        except ConfigError as exc:
+            problems = [(p.line, p.code, p.message) for p in exc.problems]
+        else:
+            raise AssertionError("duplicates admitted")
+    store.close()
+    # lane 0 is the plan file's, so line 5 of the file is lane 5
+    assert problems == [(301, "TL405", "duplicate item_key 'k4' (first in lane 5)"),
+                        (302, "TL405", "duplicate item_key 'inline' (first in lane 0)")]

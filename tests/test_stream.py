@@ -86,3 +86,13 @@ def test_a_broken_line_alone_makes_the_run_failed_and_is_counted(cli, tmp_path):
     records = jsonl(proc.stdout)
     assert [r["status"] for r in records[:-1]] == ["ok", "ok"]
     assert records[-1]["status"] == "failed" and records[-1]["rejected_lanes"] == 1
+
+
+def test_a_streamed_key_seen_many_pages_before_is_still_a_duplicate(cli, tmp_path):
+    data = b"".join(line(f"k{i}", {"tool": "echo", "args": {}}) for i in range(600)) + line("k7", {"tool": "echo"})
+    proc = cli("run", str(plan(tmp_path)), "--lanes", "-", "--stream", input=data)
+    assert proc.returncode == 1, proc.stderr.decode()
+    receipts = jsonl(proc.stdout)[:-1]
+    assert [r["status"] for r in receipts[:600]] == ["ok"] * 600
+    assert receipts[600]["status"] == "invalid_input" and "first in lane 7" in receipts[600]["error"]["message"]
+    assert "-:601:1: error TL405" in proc.stderr.decode()

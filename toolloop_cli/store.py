@@ -160,6 +160,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
             PRIMARY KEY (run_id, n)
         )""",
     ),
+    (  # 8: a streamed lane's item key is looked up in the journal, not kept in memory
+        "CREATE INDEX IF NOT EXISTS lanes_by_item_key ON lanes (run_id, item_key)",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -403,6 +406,14 @@ class Store:
             return [r[0] for r in self.db.execute(
                 "SELECT run_id FROM runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id",
                 (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))]
+
+    def lane_of_item_key(self, run_id: str, item_key: str) -> int | None:
+        """The journaled lane of ``run_id`` with this item key (the first, should there be two)."""
+        # the item-key index, never MIN(lane), which the planner answers by scanning the run's lanes
+        with self._lock:
+            rows = self.db.execute("SELECT lane FROM lanes INDEXED BY lanes_by_item_key WHERE run_id=? AND item_key=?",
+                                   (run_id, item_key)).fetchall()
+        return min(r[0] for r in rows) if rows else None
 
     def lanes_of(self, run_id: str) -> list[tuple[int, str | None, Any, str | None]]:
         """``(index, item_key, payload, withheld_sha256)``: payload None and a hash when withheld."""

@@ -90,14 +90,17 @@ def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
     """Meta-validation errors of ``schema`` (draft from ``$schema``, default 2020-12) as
     (path, message, hint), one per place and message; the hint names a close type name when
     one exists."""
+    if isinstance(schema, bool):
+        return []
+    if _meta_valid_fast(schema):  # the common case, without importing the Python validator
+        return [(path, message, "write a regular expression in the ECMA 262 dialect that JSON Schema uses")
+                for path, message in _pattern_errors(schema)]
     import jsonschema
     from jsonschema.exceptions import best_match
     from jsonschema.validators import validator_for
 
     from .problems import did_you_mean
 
-    if isinstance(schema, bool):
-        return []
     # a '$schema' that is not text names no draft: the default draft's meta-schema reports it
     named = schema if isinstance(schema, dict) and isinstance(schema.get("$schema", ""), str) else {}
     cls = validator_for(named, default=jsonschema.Draft202012Validator)
@@ -125,6 +128,31 @@ def meta_errors(schema: Any) -> list[tuple[Path, str, str]]:
         out.extend((path, message, "write a regular expression in the ECMA 262 dialect that JSON Schema uses")
                    for path, message in _pattern_errors(schema))
     return out
+
+
+#: drafts whose meta-schemas jsonschema-rs checks as the Python validator does
+_FAST_DRAFTS = frozenset({
+    "https://json-schema.org/draft/2020-12/schema", "https://json-schema.org/draft/2019-09/schema",
+    "http://json-schema.org/draft-07/schema#", "http://json-schema.org/draft-06/schema#",
+    "http://json-schema.org/draft-04/schema#",
+})
+
+
+def _meta_valid_fast(schema: Any) -> bool:
+    """True when jsonschema-rs finds ``schema`` valid against its draft's meta-schema (no
+    ``$schema``: 2020-12, as below). Anything else (an error, another draft, a failure to
+    check) is left to the Python validator, whose messages the findings quote."""
+    if not isinstance(schema, dict):
+        return False
+    draft = schema.get("$schema", "https://json-schema.org/draft/2020-12/schema")
+    if not isinstance(draft, str) or draft not in _FAST_DRAFTS:
+        return False
+    import jsonschema_rs
+
+    try:
+        return bool(jsonschema_rs.meta.is_valid(schema))
+    except Exception:  # noqa: BLE001 - a schema it cannot check is checked the slow way
+        return False
 
 
 def _py_text(value: Any) -> str:

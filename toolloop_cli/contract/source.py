@@ -103,6 +103,40 @@ def _count_written(root: yaml.Node) -> int:
     return len(seen)
 
 
+def _check_depth(root: yaml.Node) -> LoadIssue | None:
+    """``_check_expansion`` for a document without aliases (no ``*`` in its text): every node is
+    written once, so only its depth needs checking; the nodes are met in the same order."""
+    stack: list[tuple[yaml.Node, int]] = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            line, col = _pos(node)
+            return LoadIssue("TL102", f"the document nests deeper than {MAX_DEPTH} levels here", line, col, (),
+                             "flatten the structure")
+        if not isinstance(node, yaml.ScalarNode):
+            stack.extend((child, depth + 1) for child in _children(node))
+    return None
+
+
+_composed: list = []  # (text, root) of the last document composed by compose(), taken by the next call
+
+
+def compose(text: str) -> yaml.Node | None:
+    """The YAML node graph of ``text`` (the C loader when there is one). The graph of a text
+    composed once is handed to the next caller that asks for the same text, once: ``validate``
+    reads a file's top-level keys and then loads it, and parses it once."""
+    if _composed:
+        held, root = _composed.pop()
+        if held == text:
+            return root
+    return yaml.compose(text, Loader=_Loader)
+
+
+def remember(text: str, root: yaml.Node | None) -> None:
+    """Keep ``root`` for the next ``compose(text)``."""
+    _composed[:] = [(text, root)]
+
+
 def _check_expansion(root: yaml.Node) -> LoadIssue | None:
     """Refuse a document whose aliases expand it past ``MAX_ALIAS_GROWTH`` or into itself, or
     that nests deeper than ``MAX_DEPTH``.
@@ -278,7 +312,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[LoadIssue]]:
     (duplicate keys, bad tags) alongside the data otherwise.
     """
     try:
-        root = yaml.compose(text, Loader=_Loader)
+        root = compose(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (1, 1)
@@ -295,7 +329,7 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[LoadIssue]]:
         raise YamlRejected(LoadIssue("TL102", f"YAML syntax error: {clip(str(exc))}", 1, 1, (), _SYNTAX_HINT)) from None
     if root is None:
         raise YamlRejected(LoadIssue("TL106", "the document is empty", 1, 1, (), "write a YAML mapping"))
-    refused = _check_expansion(root)
+    refused = _check_expansion(root) if "*" in text else _check_depth(root)
     if refused is not None:
         raise YamlRejected(refused)
     builder = _Builder(file)

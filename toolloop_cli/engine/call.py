@@ -3,7 +3,6 @@ redaction, and its receipt."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -323,7 +322,7 @@ async def execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, *, seq: 
                 parent.secrets.extend(frame.secrets)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Where:
     seq: int
     item_key: str | None
@@ -349,7 +348,7 @@ class _Ran:
 async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, args_sha256: str | None,
                    receipt_id: str, frame: CallFrame | None) -> tuple[Receipt, Any, dict | None]:
     args_sha = args_sha256 or sha256_of(args)
-    where = dataclasses.replace(where, receipt_id=receipt_id)
+    where.receipt_id = receipt_id  # each call has its own _Where
     meta: dict = {}
     if ctx.services.audit is not None:
         meta = {"seq": where.seq, "tool": tool.id, "item_key": where.item_key, "call_key": where.call_key,

@@ -266,25 +266,28 @@ class _Feeder:
                 await self.send.send(item)
             pos = self.source.total
             while not (state.halted or state.interrupted):
-                lane = await self._next_streamed()
-                if lane is None:
+                lanes = await self._next_streamed()
+                if not lanes:
                     return
-                if isinstance(lane, RejectedLane):
-                    self._reject(lane)
-                else:
-                    state.total += len(lane.calls)
-                    if lane.calls:
-                        await self.send.send((pos, lane, lane.calls))
-                pos += len(lane.calls)
+                # every lane read is journaled: each is handed on (a halted run skips it)
+                for lane in lanes:
+                    if isinstance(lane, RejectedLane):
+                        self._reject(lane)
+                    else:
+                        state.total += len(lane.calls)
+                        if lane.calls:
+                            await self.send.send((pos, lane, lane.calls))
+                    pos += len(lane.calls)
 
-    async def _next_streamed(self) -> Any:
+    async def _next_streamed(self) -> list:
+        """The lanes of the lines available now (read, admitted and journaled in a worker thread)."""
         with trio.CancelScope() as scope:
             self.state.in_flight.add(scope)
             try:
-                lane = await trio.to_thread.run_sync(self.stream.next_lane, abandon_on_cancel=True)
+                lanes = await trio.to_thread.run_sync(self.stream.next_lanes, abandon_on_cancel=True)
             finally:
                 self.state.in_flight.discard(scope)
-        return None if scope.cancelled_caught else lane
+        return [] if scope.cancelled_caught else lanes
 
     def _reject(self, lane: RejectedLane) -> None:
         if self.on_rejected is not None:

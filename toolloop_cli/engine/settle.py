@@ -84,6 +84,7 @@ class Settlement:
         self.completion_order = completion_order
         self.handed = 0  # receipts handed on for output, dispatched ones included
         self._waiters: list[tuple[int, trio.Event]] = []
+        self._fresh: tuple[int, dict] | None = None  # a receipt emitted as it settles: committed with its emission
 
     # -- what comes in ------------------------------------------------------------------------
 
@@ -103,8 +104,13 @@ class Settlement:
         for observer in self.observers:
             observer(receipt)
         if self._journal is not None:
-            rec = self._committed[receipt.seq] = receipt.as_record()
-            self._journal.commit(rec)
+            rec = receipt.as_record()
+            if self.completion_order or receipt.seq == self._next_seq():
+                # emitted right now: one step commits it, then hands it on (still in completion order)
+                self._fresh = (receipt.seq, rec)
+            else:
+                self._committed[receipt.seq] = rec
+                self._journal.commit(rec)
         self._place(receipt.seq, receipt)
 
     def keep(self, receipt: Receipt) -> None:
@@ -185,8 +191,11 @@ class Settlement:
             self._on_emit(receipt)
         journal = self._journal
         if journal is not None:
-            rec = self._committed.pop(receipt.seq, None)
-            if rec is not None:
+            fresh = self._fresh
+            if fresh is not None and fresh[0] == receipt.seq:
+                self._fresh = None
+                journal(fresh[1])  # settled just now: committed, then handed on
+            elif (rec := self._committed.pop(receipt.seq, None)) is not None:
                 journal.emit(rec)
             elif receipt.seq in self._journaled:
                 journal.emit(receipt.as_record())

@@ -62,6 +62,64 @@ def lane_rows(lanes: list[AdmittedLane]) -> tuple[list[tuple], list[tuple]]:
     return lrows, crows
 
 
+class ItemKeys:
+    """Item key -> lane index of a run's admitted lanes, for refusing duplicates, in bounded memory:
+    the lanes admitted before the spool took over (the plan file's, a bounded few) and those in
+    the spool's current page are held here; every other one is looked up in the journal (an
+    index on the lanes table). Behaves as the dict admission used to keep."""
+
+    __slots__ = ("spool", "held", "page", "seen")
+
+    #: bits of the filter of keys seen: 1 MiB whatever the number of lanes; a key it has not seen
+    #: is new without asking the journal, and at a million lanes about 1 new key in 20 is asked
+    BITS = 1 << 23
+
+    def __init__(self, spool: LaneSpool, held: dict[str, int]):
+        self.spool = spool
+        self.held = dict(held)
+        self.page: dict[str, int] = {}  # keys of the lanes buffered, not journaled yet
+        self.seen = bytearray(self.BITS >> 3)
+
+    def _bits(self, key: str) -> tuple[int, int]:
+        h = hash(key)
+        return h & (self.BITS - 1), (h >> 23) & (self.BITS - 1)
+
+    def get(self, key: str, default: int | None = None) -> int | None:
+        found = self.page.get(key)
+        if found is None:
+            found = self.held.get(key)
+        if found is None and self.spool.lanes > len(self.spool._buffer):
+            a, b = self._bits(key)
+            seen = self.seen
+            if seen[a >> 3] & (1 << (a & 7)) and seen[b >> 3] & (1 << (b & 7)):
+                found = self.spool.store.lane_of_item_key(self.spool.run_id, key)
+        return default if found is None else found
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def __getitem__(self, key: str) -> int:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __setitem__(self, key: str, lane: int) -> None:
+        self.page[key] = lane
+        a, b = self._bits(key)
+        self.seen[a >> 3] |= 1 << (a & 7)
+        self.seen[b >> 3] |= 1 << (b & 7)
+
+    def __delitem__(self, key: str) -> None:
+        # only a lane not journaled yet is taken back (a lane refused by run --stream)
+        if self.page.pop(key, None) is None:
+            self.held.pop(key, None)
+
+    def journaled(self) -> None:
+        """The buffered lanes went to the journal: their keys are found there from now on."""
+        self.page.clear()
+
+
 class LaneSpool:
     """Admitted lanes of one run, journaled in pages as they arrive."""
 
@@ -76,6 +134,13 @@ class LaneSpool:
         self.first_lane: int | None = None
         self._args: dict[int, dict] = {}  # seq -> arguments that hold a redacted value
         self._payloads: dict[int, dict] = {}  # lane -> payload that holds a redacted value
+        self.keys: ItemKeys | None = None
+
+    def item_keys(self, held: dict[str, int]) -> ItemKeys:
+        """The run's item-key index from now on: ``held`` (keys admitted before, kept in memory)
+        and every lane this spool journals (looked up in the journal)."""
+        self.keys = ItemKeys(self, held)
+        return self.keys
 
     def add(self, lane: AdmittedLane) -> None:
         if self.first_lane is None:
@@ -98,6 +163,8 @@ class LaneSpool:
                 self._args[call.seq] = call.args
         self.store.journal_calls(self.run_id, lrows, crows, grow_total=self.grow_total)
         self._buffer.clear()
+        if self.keys is not None:
+            self.keys.journaled()
 
     def discard(self) -> None:
         self._buffer.clear()

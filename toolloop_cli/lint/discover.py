@@ -48,9 +48,11 @@ def _top_keys(path: Path) -> tuple[set[str] | None, str | None]:
         return None, f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    from ..contract.source import compose, remember
+
     try:
-        node = yaml.compose(text, Loader=loader)
+        node = compose(text)
+        remember(text, node)  # loading the file next takes this graph instead of parsing it again
     except yaml.YAMLError:
         # not valid YAML: judge by the keys written at the start of a line, so that a registry
         # or plan with a syntax error is still checked (and its error reported)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import IO, Any, Iterable
+from typing import IO, TYPE_CHECKING, Any, Iterable
 
 from pydantic import ValidationError
 
@@ -378,4 +378,6 @@ def admit_declaration(
 
 
 from .lanes import LaneStream, read_lanes  # noqa: E402 - they build on _Admitter above
-from .routed import RoutedSpec  # noqa: E402 - named in AdmittedPlan's annotations
+
+if TYPE_CHECKING:  # routed admission (and the router it checks against) loads only for routed plans
+    from .routed import RoutedSpec

@@ -23,6 +23,8 @@ def read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Pro
     # one collector for the whole stream: every finding is placed at the line being read
     smap = SourceMap(shown)
     col = Collector(smap, problems)
+    if spool is not None and hasattr(spool, "item_keys"):
+        adm.item_keys = spool.item_keys(adm.item_keys)  # journaled keys are looked up, not held
     for lineno, raw in enumerate(source, start=1):
         if not raw.strip():
             continue
@@ -65,14 +67,29 @@ class RejectedLane:
 
 class LaneStream:
     """Lanes admitted one at a time, each just before it runs (``run --stream``). Duplicate keys
-    and call limits are checked against everything admitted before it."""
+    and call limits are checked against everything admitted before it.
+
+    Lines are read as they arrive: ``next_lanes`` admits the lines already available (up to a
+    page), so a fast producer's lanes are admitted and journaled a page at a time while a slow
+    one's are admitted as each line comes."""
+
+    #: the most lanes admitted (and journaled) in one step
+    PAGE = 256
+    _CHUNK = 1 << 16
 
     def __init__(self, adm: "_Admitter", source: IO[bytes], shown: str):
         self._adm = adm
         self._source = source
         self._smap = SourceMap(shown)
         self._lineno = 0
+        self._buf = bytearray()
+        self._eof = False
         self.journal: Any = None  # a LaneSpool: each admitted lane is journaled before it runs
+
+    def journal_to(self, spool: Any) -> None:
+        """Journal each admitted lane with ``spool``, which also holds the item-key index."""
+        self.journal = spool
+        self._adm.item_keys = spool.item_keys(self._adm.item_keys)
 
     @property
     def calls_so_far(self) -> int:
@@ -81,14 +98,63 @@ class LaneStream:
     def next_lane(self) -> AdmittedLane | RejectedLane | None:
         """The next lane, admitted or rejected; None at the end of the stream. Blocking: call it
         from a worker thread."""
-        adm = self._adm
         while True:
-            raw = self._source.readline()
-            if not raw:
+            lines = self._lines(1)
+            if not lines:
                 return None
             self._lineno += 1
-            if raw.strip():
+            if lines[0].strip():
                 break
+        lane = self._admit(lines[0])
+        if self.journal is not None:
+            self.journal.flush()
+        return lane
+
+    def next_lanes(self) -> list[AdmittedLane | RejectedLane]:
+        """The lanes of the lines available now (waiting for one when none is), admitted or
+        rejected in order and journaled together; an empty list at the end of the stream.
+        Blocking: call it from a worker thread."""
+        out: list[AdmittedLane | RejectedLane] = []
+        for raw in self._lines():
+            self._lineno += 1
+            if raw.strip():
+                out.append(self._admit(raw))
+        if self.journal is not None:
+            self.journal.flush()
+        return out
+
+    def _lines(self, limit: int = PAGE) -> list[bytes]:
+        """Whole lines already read or readable without waiting (at least one unless the input
+        ended), at most ``limit`` of them."""
+        buf = self._buf
+        while True:
+            lines: list[bytes] = []
+            start = 0
+            while len(lines) < limit:
+                end = buf.find(b"\n", start)
+                if end < 0:
+                    break
+                lines.append(bytes(buf[start:end + 1]))
+                start = end + 1
+            if start:
+                del buf[:start]
+            if lines:
+                return lines
+            if self._eof:
+                if buf:
+                    last = bytes(buf)
+                    buf.clear()
+                    return [last]
+                return []
+            read1 = getattr(self._source, "read1", None)
+            chunk = read1(self._CHUNK) if read1 is not None else self._source.readline()
+            if not chunk:
+                self._eof = True
+            else:
+                buf += chunk
+
+    def _admit(self, raw: bytes) -> AdmittedLane | RejectedLane:
+        adm = self._adm
         self._smap.values[()] = (self._lineno, 1)
         col = Collector(self._smap, [])
         decl = None
@@ -125,7 +191,6 @@ class LaneStream:
             if not col.has_errors:
                 if self.journal is not None:
                     self.journal.add(lane)
-                    self.journal.flush()
                 return lane
             # a rejected lane still holds its seqs (its receipts say why) but not its lane index
             # or item key
