@@ -78,3 +78,30 @@ def test_damaged_cache_entries_are_misses_with_a_warning(cli, tmp_path):
         assert b"warning: cache entry of 'look' ignored" in proc.stderr
     assert jsonl(cli("run", str(plan)).stdout)[0]["cache"] == "hit"  # the entry was replaced
     db.close()
+
+
+def test_integers_beyond_64_bits_stay_exact_through_run_and_call(cli, tmp_path):
+    big = 2**100
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{tool_timeout_s: 5}}
+            tools:
+              echo:
+                callable: testapp.tools:echo
+                description: Returns its arguments.
+                input_schema: {{type: object}}
+                output_schema: {{}}
+    """)
+    plan = write(tmp_path / "plan.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "t",
+                                                    "mode": "sequential", "calls": [{"tool": "echo", "args": {"n": big}}]}))
+    ran = cli("run", str(plan), "--format", "jsonl")
+    assert ran.returncode == 0, ran.stderr.decode()
+    assert f'"received":{{"n":{big}}}' in ran.stdout.decode()
+    called = cli("call", str(tmp_path / "reg.yml"), "t", "echo", "--args", f'{{"n": {big}}}', "--format", "jsonl")
+    assert called.returncode == 0, called.stderr.decode()
+    assert f'"received":{{"n":{big}}}' in called.stdout.decode()
+    shown = cli("runs", "show", jsonl(ran.stdout)[-1]["run_id"], "--format", "jsonl")
+    assert f'"n":{big}' in shown.stdout.decode()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
-import orjson
+from .. import _json
 
 from .._canonical import sha256_of
 from ..contract.compiled import ToolSpec
@@ -69,8 +69,8 @@ async def execute_child(frame: CallFrame, tool: ToolSpec, args: Any) -> Any:
     if not isinstance(args, dict):
         raise DispatchError(f"dispatch to '{tool.id}' refused: arguments must be an object, not {type(args).__name__}")
     try:
-        args = orjson.loads(orjson.dumps(args))  # JSON only, and a copy the caller cannot change
-    except (TypeError, orjson.JSONDecodeError) as exc:
+        args = _json.loads(_json.dumps(args))  # JSON only, and a copy the caller cannot change
+    except (TypeError, ValueError) as exc:
         raise DispatchError(f"dispatch to '{tool.id}' refused: arguments are not JSON ({exc})") from None
     seq = ctx.sequence.new_child_seq()
     where = {"seq": seq, "item_key": frame.item_key, "call_key": None,

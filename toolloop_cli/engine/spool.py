@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Iterator
 
-import orjson
+from .. import _json
 
 from .._canonical import sha256_of
 from ..contract.compiled import SubagentSpec
@@ -39,7 +39,7 @@ def stored_args(call: AdmittedCall) -> str | None:
     red = _redactor(call.tool.redact)
     if red.active and red.secrets(call.args):
         return None  # never journal a redacted value; resume rebuilds it from the plan
-    return orjson.dumps(call.args).decode()
+    return _json.dumps_text(call.args)  # integers of any size stay exact
 
 
 def withheld_payload(lane: AdmittedLane) -> str | None:
@@ -186,12 +186,12 @@ class LaneSpool:
                         "SELECT lane, item_key, payload, payload_sha256 FROM lanes"
                         " WHERE run_id=? AND lane BETWEEN ? AND ? ORDER BY lane", (self.run_id, lo, hi)):
                     body = self._payloads.get(index) if withheld is not None else (
-                        None if payload is None else orjson.loads(payload))
+                        None if payload is None else _json.loads(payload))
                     lanes[index] = AdmittedLane(index, item_key, body, [])
                 for seq, lane, item_key, call_key, tool, args, sha in db.execute(
                         "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls"
                         " WHERE run_id=? AND lane BETWEEN ? AND ? ORDER BY seq", (self.run_id, lo, hi)):
-                    value = orjson.loads(args) if args is not None else self._args.get(seq)
+                    value = _json.loads(args) if args is not None else self._args.get(seq)
                     lanes[lane].calls.append(
                         AdmittedCall(seq, lane, item_key, call_key, subagent.tools[tool], value, sha))
                 for index in range(lo, hi + 1):
