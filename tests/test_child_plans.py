@@ -4,7 +4,6 @@ sequential, parallel and routed parents, under one budget ledger (real HTTP on 1
 from __future__ import annotations
 
 import json
-import os
 
 
 from conftest import APP, jsonl, write
@@ -139,7 +138,7 @@ def test_a_child_paused_for_approval_pauses_its_parent_and_resumes_with_it(tmp_p
     model_server.script(call("gated", {"path": target}))
     paused = cli("run", str(p), "--format", "jsonl", env={"TL_TEST_KEY": KEY})
     assert paused.returncode == 4, paused.stderr.decode()
-    assert jsonl(paused.stdout) == [] or jsonl(paused.stdout)[-1]["status"] == "stopped"
+    assert jsonl(paused.stdout)[-1]["status"] == "stopped"
     child = paused.stderr.decode().split("runs child run ")[1].split(",")[0]
     assert cli("approve", child, "1", "--approve").returncode == 0
     model_server.script(FINAL, '{"answer": "done"}')
@@ -149,4 +148,3 @@ def test_a_child_paused_for_approval_pauses_its_parent_and_resumes_with_it(tmp_p
     receipt = jsonl(done.stdout)[0]
     assert receipt["status"] == "ok" and receipt["child_run_id"] == child and receipt["result"] == {"answer": "done"}
     assert open(target).read() == "ran\n"
-    assert os.path.exists(target)

@@ -20,16 +20,6 @@ approvals_app = typer.Typer(help="Calls that wait for a person's approval.", no_
 STATE_DIR_HELP = "Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."
 
 
-def login_name() -> str:
-    """Who answers when --approver is not given: the login name."""
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError, ImportError):
-        return "unknown"
-
-
 def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported lazily
     from ..store import Store, state_dir as pick
 
@@ -62,6 +52,8 @@ def approve(
              "see the calls waiting with: toolloop approvals list RUN_ID")
     if args is not None and no:
         fail("--args goes with --approve", 2)
+    from .._login import login_name
+
     who = approver if approver is not None else login_name()
     state = "approved" if yes else "rejected"
     store = _open_store(state_dir)

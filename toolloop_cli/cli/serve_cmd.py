@@ -27,7 +27,7 @@ def serve(
     missing = missing_extra()
     if missing is not None:
         fail(f"toolloop serve needs the serve extra ({missing} is not installed)", 2, INSTALL)
-    from ..engine.gates import login_name
+    from .._login import login_name
     from ..serve.app import build_app
     from ..serve.auth import load_users, single_user
     from ..serve.journal import Journal

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._canonical import sha256_of
 from ..contract.schemas import schema_errors
 from ..receipts import rfc3339
+from .._login import login_name
 
 if TYPE_CHECKING:
     from ..contract.compiled import ToolSpec
@@ -132,12 +133,3 @@ async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | No
         approvals.record(item_key, call_key, sha, verdict, value, by)
     return verdict, value, by or "unknown"
 
-
-def login_name() -> str:
-    """Who answers at this terminal: the login name."""
-    import getpass
-
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

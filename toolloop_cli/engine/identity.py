@@ -53,3 +53,4 @@ def set_current(ident: CallIdentity | None) -> contextvars.Token:
 
 def reset_current(token: contextvars.Token) -> None:
     _CURRENT.reset(token)
+
