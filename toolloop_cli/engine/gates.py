@@ -61,10 +61,18 @@ SOURCES = {
 _COUNTED_HERE = frozenset({"dispatch", "model"})
 
 
-def input_problem(tool: ToolSpec, args: Any) -> str | None:
-    """Why ``args`` fail the tool's input schema, or None when they pass (or there is none)."""
+def input_problem(tool: ToolSpec, args: Any, *, skip_marked: bool = False) -> str | None:
+    """Why ``args`` fail the tool's input schema, or None when they pass (or there is none).
+    ``skip_marked``: a failure at a value that is the redaction marker does not count (it stands
+    for a value the journal withheld)."""
     if tool.input_validator is None or tool.input_validator.is_valid(args):
         return None
+    if skip_marked:
+        from .redact import REDACTED
+
+        errors = [e for e in tool.input_validator.iter_errors(args) if e.instance != REDACTED]
+        if not errors:
+            return None
     return "; ".join(schema_errors(tool.input_validator, args, limit=3))
 
 
