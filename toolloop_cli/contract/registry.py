@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from pydantic import ValidationError
 
@@ -77,11 +77,25 @@ def load_document(path: str | os.PathLike, recode: Callable[[LoadIssue], LoadIss
     for i in issues:
         col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, json_path(i.path), i.hint))
     if not isinstance(data, dict):
-        found = "a list" if isinstance(data, list) else f"the single value {quoted(data)}"
+        # text is not quoted: a file given by mistake may be anything (a .env file, a password list)
+        found = ("a list" if isinstance(data, list) else f"text ({len(data)} characters)" if isinstance(data, str)
+                 else f"the single value {quoted(data)}")
         col.add("TL106", f"the document must be a mapping at the top level, found {found}",
                 hint="start with 'version: 1'")
         return LoadedDoc(None, smap, col, issues)
     return LoadedDoc(data, smap, col, issues)
+
+
+def not_a(kind: str, doc: LoadedDoc, keys: Iterable[str], hint: str) -> bool:
+    """A mapping none of whose top-level keys is one a ``kind`` has is some other file (a .env
+    file, a password list): one finding for the whole file, quoting none of its content, rather
+    than one per line. True when that is so."""
+    known = set(keys)
+    if doc.data is None or any(k in known for k in doc.data):
+        return False
+    doc.collector.add("TL106", f"this file is not a {kind}: none of its {len(doc.data)} top-level keys is one a {kind}"
+                      " has", (), hint)
+    return True
 
 
 def _tool_id_issue(issue: LoadIssue) -> LoadIssue:
@@ -124,6 +138,9 @@ def load_registry(
     if "subagents" not in doc.data and "mode" in doc.data and "subagent" in doc.data:
         col.add("TL106", "this file is a plan, not a registry", (),
                 "pass the registry first: toolloop validate REGISTRY PLAN")
+        return None, _sorted(col.problems)
+    if not_a("registry", doc, RegistryDecl.model_fields, "name the App's registry: a YAML file with 'version: 1' and"
+             " 'subagents:'"):
         return None, _sorted(col.problems)
     # a value refused while loading (a language tag, NaN) was replaced by null: leave its part out
     broken: list[tuple] = [i.path for i in doc.issues if i.code == "TL105"]
