@@ -12,7 +12,6 @@ import sqlite3
 import pytest
 
 from conftest import APP, jsonl, write
-from modelserver import Reply
 from test_calls_common import plan_file, tool
 
 from toolloop_cli._secrets import Scrubber, credential_parts
