@@ -149,6 +149,11 @@ def test_a_hostile_model_and_an_approver_leave_no_secret_in_any_byte_toolloop_wr
     # an edit that typed a new secret cannot be acted on by another process: interrupted, not run
     assert sorted((r["item_key"], r["status"]) for r in done) == [("api", "interrupted"), ("cli", "interrupted")]
 
+    # a replay reuses the recorded answers: the read call the model built with a redacted value is
+    # not run again with the marker in its place (a difference, reported)
+    out = toolloop("replay routed", "replay", routed, "--format", "jsonl", code=1)
+    replayed = {r["iteration"]: r for r in map(json.loads, out.splitlines()) if r["type"] == "receipt"}
+    assert replayed[2]["status"] == "interrupted" and replayed[1]["status"] == "ok"
     for rid in (routed, batch):
         toolloop(f"export {rid}", "runs", "export", rid)
         toolloop(f"show {rid}", "runs", "show", rid)

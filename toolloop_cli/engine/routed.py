@@ -432,7 +432,7 @@ class RoutedRunner:
             receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
                                       status="interrupted", message=(
                                           "its arguments held a value the model proposed for a redacted field, which"
-                                          " the journal never stores, so the call cannot be rebuilt on resume"))
+                                          " the journal never stores, so the call cannot be rebuilt from it"))
             session.settlement.settle(receipt)  # type: ignore[union-attr]
             return receipt
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
@@ -537,8 +537,9 @@ class RoutedRunner:
     def _withheld(self, decision: Decision, answer: Any) -> bool:
         """A recorded answer whose call held a redacted value the journal withheld: the call
         cannot be rebuilt (its arguments came from the model)."""
+        recorded = answer.recorded or (self.recording is not None and self.recording.replay)
         tool = self._tool(decision.tool)
-        return answer.recorded and tool is not None and self.session.ctx.redactor(tool).marked(decision.args)
+        return recorded and tool is not None and self.session.ctx.redactor(tool).marked(decision.args)
 
     # -- closeout ----------------------------------------------------------------------------------
 
