@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -17,7 +17,7 @@ from .callables import detect_runtime, is_async, resolve
 from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec
 from .envelope import compile_envelope
 from .models import RegistryDecl, ToolDecl
-from .problems import Collector, Problem, did_you_mean, json_path
+from .problems import Collector, Problem, did_you_mean, json_path, not_a
 from .source import LoadIssue, SourceMap, YamlRejected, load_yaml
 from .validation import report_model_errors
 
@@ -86,18 +86,6 @@ def load_document(path: str | os.PathLike, recode: Callable[[LoadIssue], LoadIss
     return LoadedDoc(data, smap, col, issues)
 
 
-def not_a(kind: str, doc: LoadedDoc, keys: Iterable[str], hint: str) -> bool:
-    """A mapping none of whose top-level keys is one a ``kind`` has is some other file (a .env
-    file, a password list): one finding for the whole file, quoting none of its content, rather
-    than one per line. True when that is so."""
-    known = set(keys)
-    if doc.data is None or any(k in known for k in doc.data):
-        return False
-    doc.collector.add("TL106", f"this file is not a {kind}: none of its {len(doc.data)} top-level keys is one a {kind}"
-                      " has", (), hint)
-    return True
-
-
 def _tool_id_issue(issue: LoadIssue) -> LoadIssue:
     """A duplicate key that is a tool id is a duplicate tool (TL301)."""
     p = issue.path
@@ -139,8 +127,8 @@ def load_registry(
         col.add("TL106", "this file is a plan, not a registry", (),
                 "pass the registry first: toolloop validate REGISTRY PLAN")
         return None, _sorted(col.problems)
-    if not_a("registry", doc, RegistryDecl.model_fields, "name the App's registry: a YAML file with 'version: 1' and"
-             " 'subagents:'"):
+    if not_a("registry", doc.data, col, RegistryDecl.model_fields,
+             "name the App's registry: a YAML file with 'version: 1' and 'subagents:'"):
         return None, _sorted(col.problems)
     # a value refused while loading (a language tag, NaN) was replaced by null: leave its part out
     broken: list[tuple] = [i.path for i in doc.issues if i.code == "TL105"]
