@@ -91,11 +91,13 @@ def fail_loudly() -> dict:
     raise ToolError(f"token {TOKEN} is not allowed here")
 
 
-def require_header(app):  # an ASGI middleware: no X-Api-Key, no MCP
+def require_header(app):  # an ASGI middleware: no X-Api-Key (or Authorization: Bearer), no MCP
     async def guarded(scope, receive, send):
         if scope["type"] == "http":
-            given = dict(scope.get("headers") or []).get(b"x-api-key", b"").decode()
-            if given != TOKEN:
+            headers = dict(scope.get("headers") or [])
+            given = headers.get(b"x-api-key", b"").decode()
+            bearer = headers.get(b"authorization", b"").decode()
+            if given != TOKEN and bearer != f"Bearer {TOKEN}":
                 body = b'{"error": "missing or wrong X-Api-Key"}'
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"),

@@ -4,7 +4,9 @@ the App) and edited arguments checked against its input schema. The answer itsel
 journal's compare-and-set, ``Store.answer_approval``: whoever answers first wins, once.
 
 Edited arguments may keep the ``"[REDACTED]"`` marker where the request showed it: that field
-keeps the value it had (the run rebuilds it on resume), so its schema is not checked here.
+keeps the value it had (the run rebuilds it on resume), so its schema is not checked here. A new
+value typed into a redacted field is never stored (``stored_edit``): the journal keeps the marker
+in its place, and ``resume`` makes that call ``interrupted`` rather than run it without it.
 """
 
 from __future__ import annotations
@@ -69,3 +71,26 @@ def edit_problem(tool: Any, edited: Any, shown: Any = None, limit: int = 3) -> s
         if len(out) >= limit:
             break
     return "; ".join(out) or None
+
+
+def stored_edit(tool: Any, edited: Any) -> tuple[Any, list[str]]:
+    """Edited arguments as the journal may keep them: every value at a redacted pointer replaced
+    by the marker. Also the pointers where the edit typed a new value (not the marker): such an
+    answer cannot be acted on by another process, which never sees the value."""
+    from .engine.redact import Redactor
+
+    red = Redactor(tool.redact)
+    if not red.active:
+        return edited, []
+    typed = [p for p in tool.redact if any(v != REDACTED for v in Redactor([p]).secrets(edited))]
+    return red.apply(edited), typed
+
+
+def withheld_note(typed: list[str], run_id: str) -> str:
+    """What a person is told when an edit typed a new value into a redacted field."""
+    from ._text import excerpt
+
+    where = ", ".join(excerpt(p) for p in typed)
+    return (f"the new value at {where} is a redacted field's and is never stored, so resume makes this call"
+            f" interrupted instead of running it; to give it a new value, answer at a terminal:"
+            f" toolloop resume {run_id} --retry-interrupted asks again")

@@ -74,24 +74,31 @@ def approve(
             waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
             fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
                  1, f"calls waiting: {waiting}")
-        edited = None
+        edited, stored, typed = None, None, []
         if args is not None:
-            edited = _checked_args(store, rid, item, call_key, args)
+            from ..answers import stored_edit
+
+            edited, tool = _checked_args(store, rid, item, call_key, args)
+            stored, typed = stored_edit(tool, edited)  # a redacted value never lands in the journal
         from .._canonical import sha256_of
 
         ok = store.answer_approval(rid, item, call_key, state,
-                                   args_sha256=sha256_of(edited) if edited is not None else None, args=edited,
+                                   args_sha256=sha256_of(edited) if edited is not None else None, args=stored,
                                    message=message, approver=who)
     finally:
         store.close()
     if not ok:
         fail("the request was answered meanwhile; nothing changed", 1)
+    if typed:
+        from ..answers import withheld_note
+
+        sys.stderr.write(f"toolloop: note: {withheld_note(typed, rid)}\n")
     sys.stderr.write(f"{state} {call_key}; continue with: toolloop resume {rid}\n")
 
 
-def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: str) -> dict:  # noqa: ANN001
+def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: str) -> tuple:  # noqa: ANN001
     """``--args`` parsed and checked against the tool's input schema (the only case that loads
-    the registry); exit 1 and the request stays pending when they do not fit."""
+    the registry), with the tool; exit 1 and the request stays pending when they do not fit."""
     from .._json import JSONDecodeError, loads
 
     try:
@@ -111,7 +118,7 @@ def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: 
     problem = input_problem(tool, edited)
     if problem:
         fail(f"--args fail the tool's input schema: {problem}", 1, "the request stays pending")
-    return edited
+    return edited, tool
 
 
 @approvals_app.command("list")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .._canonical import sha256_of
+from .._secrets import Scrubber, credential_parts
 from .._text import error_text, listing, quoted
 from .compiled import SubagentSpec, ToolSpec
 from .problems import Problem
@@ -79,16 +80,15 @@ def headers(decl: Any, environ: Mapping[str, str] | None = None) -> dict[str, st
 
 
 def secrets(decls: Iterable[Any], environ: Mapping[str, str] | None = None) -> list[str]:
-    """The header values of these servers: hidden wherever they would be written."""
+    """The header values of these servers, and the credential of each (``TOKEN`` of ``Bearer
+    TOKEN``, which a server may quote alone): hidden wherever they would be written."""
     environ = os.environ if environ is None else environ
-    return [environ[var] for d in decls if d is not None and d.url is not None
-            for var in d.headers_env.values() if environ.get(var)]
+    return [part for d in decls if d is not None and d.url is not None
+            for var in d.headers_env.values() if environ.get(var) for part in credential_parts(environ[var])]
 
 
 def scrub_text(text: str, decls: Iterable[Any]) -> str:
-    for value in sorted(secrets(decls), key=len, reverse=True):
-        text = text.replace(value, "[REDACTED]")
-    return text
+    return Scrubber(secrets(decls)).text(text)
 
 
 async def list_server_tools(decl: Any, timeout_s: float = LIST_TIMEOUT_S) -> dict[str, Any]:

@@ -226,3 +226,14 @@ class Collector:
     @property
     def has_errors(self) -> bool:
         return any(p.level == "error" for p in self.problems)
+
+
+def not_a(kind: str, data: object, col: Collector, keys: Iterable[str], hint: str) -> bool:
+    """A mapping none of whose top-level keys is one a ``kind`` has is some other file (a .env
+    file, a password list): one finding for the whole file, quoting none of its content, rather
+    than one per line. True when that is so."""
+    known = set(keys)
+    if not isinstance(data, dict) or any(k in known for k in data):
+        return False
+    col.add("TL106", f"this file is not a {kind}: none of its {len(data)} top-level keys is one a {kind} has", (), hint)
+    return True

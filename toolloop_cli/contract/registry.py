@@ -17,7 +17,7 @@ from .callables import detect_runtime, is_async, resolve
 from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec
 from .envelope import compile_envelope
 from .models import RegistryDecl, ToolDecl
-from .problems import Collector, Problem, did_you_mean, json_path
+from .problems import Collector, Problem, did_you_mean, json_path, not_a
 from .source import LoadIssue, SourceMap, YamlRejected, load_yaml
 from .validation import report_model_errors
 
@@ -77,7 +77,9 @@ def load_document(path: str | os.PathLike, recode: Callable[[LoadIssue], LoadIss
     for i in issues:
         col.problems.append(Problem(i.code, i.message, shown, i.line, i.col, json_path(i.path), i.hint))
     if not isinstance(data, dict):
-        found = "a list" if isinstance(data, list) else f"the single value {quoted(data)}"
+        # text is not quoted: a file given by mistake may be anything (a .env file, a password list)
+        found = ("a list" if isinstance(data, list) else f"text ({len(data)} characters)" if isinstance(data, str)
+                 else f"the single value {quoted(data)}")
         col.add("TL106", f"the document must be a mapping at the top level, found {found}",
                 hint="start with 'version: 1'")
         return LoadedDoc(None, smap, col, issues)
@@ -124,6 +126,9 @@ def load_registry(
     if "subagents" not in doc.data and "mode" in doc.data and "subagent" in doc.data:
         col.add("TL106", "this file is a plan, not a registry", (),
                 "pass the registry first: toolloop validate REGISTRY PLAN")
+        return None, _sorted(col.problems)
+    if not_a("registry", doc.data, col, RegistryDecl.model_fields,
+             "name the App's registry: a YAML file with 'version: 1' and 'subagents:'"):
         return None, _sorted(col.problems)
     # a value refused while loading (a language tag, NaN) was replaced by null: leave its part out
     broken: list[tuple] = [i.path for i in doc.issues if i.code == "TL105"]

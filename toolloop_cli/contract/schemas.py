@@ -6,6 +6,7 @@ inside the same document and nothing is ever fetched from the network or the fil
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Callable, Iterator
 
@@ -305,9 +306,8 @@ def _key_can_match(schema: dict, head: str, rest: list[str], root: Any, depth: i
         return _can_match(props[head], rest, root, depth + 1)
     matched = False
     for pattern, sub in patterns.items():
-        try:
-            hit = re.search(pattern, head) is not None
-        except (re.error, TypeError):
+        hit = _key_matches(pattern, head)
+        if hit is None:
             return True
         if hit:
             matched = True
@@ -316,6 +316,25 @@ def _key_can_match(schema: dict, head: str, rest: list[str], root: Any, depth: i
     if matched:
         return False
     return _can_match(additional, rest, root, depth + 1)
+
+
+@functools.lru_cache(maxsize=256)
+def _key_matcher(pattern: str) -> Any:
+    import jsonschema_rs
+
+    return jsonschema_rs.validator_for({"pattern": pattern})
+
+
+def _key_matches(pattern: Any, key: str) -> bool | None:
+    """Does a ``patternProperties`` pattern match ``key``, as the schema validator matches it (its
+    ECMA 262 dialect, in time linear in the key or bounded in backtracking: never Python's ``re``,
+    which backtracks exponentially on patterns such as ``^(a+)+$``)? None when it cannot tell."""
+    if not isinstance(pattern, str):
+        return None
+    try:
+        return bool(_key_matcher(pattern).is_valid(key))
+    except Exception:  # noqa: BLE001 - a pattern the validator cannot compile: in doubt
+        return None
 
 
 def _index_can_match(schema: dict, head: str, rest: list[str], root: Any, depth: int) -> bool:

@@ -16,9 +16,12 @@ class Approvals:
         self.store = store
         self.run_id = run_id
 
-    def decide(self, item_key: str | None, call_key: str, args: Any, args_sha256: str) -> tuple[str, Any, str | None]:
-        """``("run", args, by)``, ``("reject", message, by)`` or ``("wait", None, None)``; ``by`` is
-        who answered."""
+    def decide(self, item_key: str | None, call_key: str, args: Any, args_sha256: str,
+               redactor: Any = None) -> tuple[str, Any, str | None]:
+        """``("run", args, by)``, ``("reject", message, by)``, ``("lost", message, by)`` or
+        ``("wait", None, None)``; ``by`` is who answered. ``lost``: the approver typed a new value
+        into a redacted field (``redactor`` says which fields are), which the journal never kept,
+        so this answer cannot be acted on; it is used up, and the call asks again if run again."""
         row = self.store.approval(self.run_id, item_key, call_key)
         if row is None:
             self.store.request_approval(self.run_id, item_key, call_key, args_sha256)
@@ -30,6 +33,10 @@ class Approvals:
         if state == "rejected":
             return "reject", row["message"] or "rejected by a person", by
         if state == "approved":
+            if _withheld(row, redactor) and self.store.use_approval(self.run_id, item_key, call_key):
+                return "lost", ("its approved arguments held a new value for a redacted field, which the journal"
+                                " never stores, so this answer cannot run it; run it again with --retry-interrupted"
+                                " and answer at a terminal"), by
             approved = row["args"] if row["args"] is not None else args
             # an approval is bound to the hash of the arguments it approved, and used once
             if sha256_of(approved) == row["args_sha256"] and self.store.use_approval(self.run_id, item_key, call_key):
@@ -46,6 +53,14 @@ class Approvals:
         else:
             self.store.answer_approval(self.run_id, item_key, call_key, "rejected", message=value,
                                        **_approver(self.store, by))
+
+
+def _withheld(row: dict, redactor: Any) -> bool:
+    """Edited arguments stored with a marker where the approver typed a value: the stored form no
+    longer hashes as what was approved."""
+    edited = row.get("args")
+    return (edited is not None and redactor is not None and redactor.marked(edited)
+            and sha256_of(edited) != row["args_sha256"])
 
 
 def kept_values(edited: Any, original: Any) -> Any:

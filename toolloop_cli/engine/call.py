@@ -265,6 +265,7 @@ def _scrubbed(ctx: RunContext, tool: ToolSpec, error: dict | None, args: Any, va
     red = ctx.redactor(tool)
     if red.active:
         message = scrub(message, red.secrets(args) + red.secrets(value))
+    message = ctx.services.secrets.text(message)
     if len(message) > MAX_MESSAGE_CHARS:
         message = message[:MAX_MESSAGE_CHARS] + f"… ({len(message)} characters)"
     elif message is error["message"]:
@@ -441,12 +442,15 @@ def _scrubber(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, frame: Ca
     """The values this call redacts, and those its dispatched calls redacted, are hidden wherever
     they appear in what is written, not only at their pointers (a result may quote an argument)."""
     red = ctx.redactor(tool)
+    run_secrets = ctx.services.secrets  # credentials the run read, values a model proposed
     if not (red.active or (frame is not None and frame.secrets)):
-        return None
+        return run_secrets.scrubber if run_secrets else None
     secrets = red.secrets(args) + red.secrets(value) if red.active else []
     if frame is not None:
         secrets += frame.secrets
-    return Scrubber(secrets) if secrets else None
+    if not secrets:
+        return run_secrets.scrubber if run_secrets else None
+    return Scrubber(secrets + run_secrets.values()) if run_secrets else Scrubber(secrets)
 
 
 def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scrubber | None) -> None:
@@ -513,6 +517,9 @@ def not_run_receipt(
         subagent, tool_id, shown = ctx.config.subagent or "", tool, args
     else:
         subagent, tool_id, shown = tool.subagent, tool.id, ctx.redactor(tool).apply(args)
+    secrets = ctx.services.secrets
+    if secrets:  # arguments a model wrote (or an approver typed) may quote a credential
+        shown, message = secrets.deep(shown), secrets.text(message) if message else message
     return Receipt(
         run_id=ctx.config.run_id, seq=seq, completion_seq=ctx.sequence.next_completion(), subagent=subagent,
         tool=tool_id, parallel_batch_id=ctx.config.parallel_batch_id, item_key=item_key, call_key=call_key,

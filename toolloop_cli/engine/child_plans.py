@@ -50,9 +50,16 @@ class ChildPlanExecutor:
                            mode="routed", subagent=plan.subagent.id, total_calls=0, owner=parent.owner,
                            parent=(parent.run_id, ident.receipt_id), depth=parent.depth + 1)
         child.parent_seq = ident.seq
+        # one set of secrets for the family: a key or a value either run's model saw is scrubbed in both
+        parent.ctx.services.secrets.add(child.ctx.services.secrets.values())
+        child.ctx.services.secrets = parent.ctx.services.secrets
         install(child, self.plans)
         budget = parent.ctx.services.budget  # the parent loop's budget ledger, when it has one
-        runner = RoutedRunner(plan, recording=recording, parent_budget=budget)
+        # the journal keeps the context as the parent's receipt shows it: a redacted value never lands there
+        red = parent.ctx.redactor(tool)
+        parent.ctx.services.secrets.add(red.secrets(args))
+        runner = RoutedRunner(plan, recording=recording, parent_budget=budget,
+                              journal_context=red.apply(args) if recording is None and red.active else None)
         result = await child.run_child(runner, parent.journal)  # type: ignore[arg-type]
         summary = result.summary
         outcome = summary.get("outcome")

@@ -14,7 +14,7 @@ from ..contract.compiled import Contract, ToolSpec
 from ..receipts import rfc3339
 from .executors import Executors
 from .limits import ToolLimits
-from .redact import Redactor
+from .redact import Redactor, RunSecrets
 
 DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 #: first seq of dispatched calls when the runner did not say how many calls its plan has
@@ -61,6 +61,9 @@ class RunServices:
     #: the routed loop's budget ledger (``routed.RoutedRunner``): child runs and dispatched calls
     #: check and charge it; None in sequential and parallel runs
     budget: Any = None
+    #: secret values no pointer reaches (credentials read, redacted values a model proposed):
+    #: scrubbed from every record the run writes; a child run shares its parent's
+    secrets: RunSecrets = field(default_factory=RunSecrets)
 
 
 class Sequencer:
@@ -168,4 +171,4 @@ class RunContext:
         audit = self.services.audit
         if audit is not None:
             audit({"event": event, "run_id": self.config.run_id, "at": rfc3339(time.time()),
-                   "labels": self.config.labels, **data})
+                   "labels": self.config.labels, **self.services.secrets.deep(data)})

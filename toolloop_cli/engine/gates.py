@@ -61,10 +61,18 @@ SOURCES = {
 _COUNTED_HERE = frozenset({"dispatch", "model"})
 
 
-def input_problem(tool: ToolSpec, args: Any) -> str | None:
-    """Why ``args`` fail the tool's input schema, or None when they pass (or there is none)."""
+def input_problem(tool: ToolSpec, args: Any, *, skip_marked: bool = False) -> str | None:
+    """Why ``args`` fail the tool's input schema, or None when they pass (or there is none).
+    ``skip_marked``: a failure at a value that is the redaction marker does not count (it stands
+    for a value the journal withheld)."""
     if tool.input_validator is None or tool.input_validator.is_valid(args):
         return None
+    if skip_marked:
+        from .redact import REDACTED
+
+        errors = [e for e in tool.input_validator.iter_errors(args) if e.instance != REDACTED]
+        if not errors:
+            return None
     return "; ".join(schema_errors(tool.input_validator, args, limit=3))
 
 
@@ -101,6 +109,8 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
     if verdict == "reject":
         return Refuse("denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}", args,
                       _answered("rejected", by, args))
+    if verdict == "lost":  # an edit typed a new secret that only the approver's process ever held
+        return Refuse("interrupted", value, args, _answered("edited", by, args))
     if value is not args:  # arguments edited by the approver: checked again
         problem = input_problem(tool, value)
         if problem is not None:
@@ -125,7 +135,7 @@ async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | No
     if approvals is None:
         return "reject", "no person can answer here (run with --approve all or --approve none)", "engine"
     sha = args_sha256 or sha256_of(args)
-    verdict, value, by = approvals.decide(item_key, call_key, args, sha)
+    verdict, value, by = approvals.decide(item_key, call_key, args, sha, ctx.redactor(tool))
     ask = ctx.services.ask
     if verdict == "wait" and ask is not None:  # a person at a terminal answers now
         verdict, value = await ask(tool, item_key, call_key, args)

@@ -1,14 +1,18 @@
-"""Redaction (SPEC 5.9): values at redact pointers are replaced in everything written.
+"""Redaction: values at redact pointers are replaced in everything written.
 
-A pointer token ``*`` matches every array element and every object key. The secrets found in a
-call's arguments are also scrubbed from error messages and tracebacks, which may quote them.
+A pointer token ``*`` matches every array element and every object key. Only the values the
+pointers reach are replaced: an object's keys and the values beside them are left as they are.
+The secrets found there are also scrubbed, as whole values, from text that may quote them (error
+messages, tracebacks, a model's reply; ``_secrets.Scrubber`` says how).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
 
-REDACTED = "[REDACTED]"
+from .._secrets import REDACTED, Scrubber, scrub
+
+__all__ = ["REDACTED", "Redactor", "RunSecrets", "Scrubber", "scrub", "scrub_record"]
 
 
 def _tokens(pointer: str) -> tuple[str, ...]:
@@ -44,6 +48,16 @@ class Redactor:
         if diag and diag.get("fields"):
             out["diagnosis"] = {**diag, "fields": self.apply(diag["fields"])}
         return out
+
+    def marked(self, value: Any) -> bool:
+        """Does ``value`` hold the redaction marker where a pointer reaches (a redacted value the
+        journal withheld)?"""
+        if not self.active:
+            return False
+        found: list[str] = []
+        for tokens in self.pointers:
+            _collect(value, tokens, found)
+        return REDACTED in found
 
     def secrets(self, value: Any) -> list[str]:
         """The text forms of the values the pointers reach (for scrubbing messages)."""
@@ -110,45 +124,74 @@ def _leaves(value: Any, found: list[str]) -> None:
         found.append(str(value))
 
 
-def _forms(secret: str) -> set[str]:
-    """A secret as messages may quote it: as is, escaped as a Python repr and as JSON."""
-    import json
+class RunSecrets:
+    """The secret values of one run that no pointer reaches, scrubbed from every record it writes:
+    the credentials it read (model keys, MCP header values and tokens) and, in a routed run, the
+    redacted values the model proposed (it may repeat them anywhere later). It only grows."""
 
-    forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
-    return {f for f in forms if f}
+    __slots__ = ("_values", "_scrubber")
 
+    def __init__(self, values: Iterable[Any] = ()):
+        self._values: set[str] = set()
+        self._scrubber: Scrubber | None = None
+        self.add(values)
 
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret replaced; longest first so overlapping secrets vanish whole."""
-    if not text:
-        return text
-    return Scrubber(secrets).text(text)
+    def add(self, values: Iterable[Any]) -> None:
+        new = {v for v in values if isinstance(v, str) and v and v != REDACTED} - self._values
+        if new:
+            self._values |= new
+            self._scrubber = None
 
+    def __bool__(self) -> bool:
+        return bool(self._values)
 
-class Scrubber:
-    """Replaces known secret values wherever they appear as text, in every spelling."""
+    def values(self) -> list[str]:
+        return list(self._values)
 
-    __slots__ = ("forms",)
-
-    def __init__(self, secrets: Iterable[str]):
-        forms: set[str] = set()
-        for s in secrets:
-            if s:
-                forms |= _forms(s)
-        self.forms = sorted(forms, key=len, reverse=True)
+    @property
+    def scrubber(self) -> Scrubber:
+        if self._scrubber is None:
+            self._scrubber = Scrubber(self._values)
+        return self._scrubber
 
     def text(self, text: str) -> str:
-        for s in self.forms:
-            if s in text:
-                text = text.replace(s, REDACTED)
-        return text
+        return self.scrubber.text(text) if self._values else text
 
     def deep(self, value: Any) -> Any:
-        """A copy of ``value`` with every string scrubbed (keys included)."""
-        if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.text(k) if isinstance(k, str) else k: self.deep(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.deep(v) for v in value]
-        return value
+        return self.scrubber.deep(value) if self._values else value
+
+
+#: fields of a record that toolloop itself writes (ids, times, hashes, counts): never scrubbed, so
+#: a short secret that happens to match a digit group leaves them readable
+_OWN_FIELDS = frozenset({
+    "type", "run_id", "receipt_id", "parent_receipt_id", "parent_run_id", "child_run_id", "seq", "completion_seq",
+    "started_at", "finished_at", "at", "duration_ms", "args_sha256", "contract_sha256", "chain_sha256",
+    "request_sha256", "plan_sha256", "status", "attempts", "cache", "abandoned", "counts", "iteration", "n",
+    "tokens", "input_tokens", "output_tokens", "loop", "approval", "parallel_batch_id", "mode", "executor",
+})
+
+
+def scrub_record(rec: dict, secrets: Any) -> dict:
+    """A record with ``secrets`` (``RunSecrets`` or a ``Scrubber``) scrubbed from every field
+    that may hold what a tool, a model or a person wrote."""
+    return {k: v if k in _OWN_FIELDS else secrets.deep(v) for k, v in rec.items()}
+
+
+#: variables whose values are credentials wherever toolloop runs (the web page's and the MCP
+#: server's tokens): a run started by either never writes them
+_CREDENTIAL_VARS = ("TOOLLOOP_SERVE_TOKEN", "TOOLLOOP_MCP_TOKEN")
+
+
+def run_credentials(contract: Any, environ: Any) -> list[str]:
+    """The credential values a run of ``contract`` reads: its MCP servers' header values (and the
+    token inside each ``Bearer TOKEN``) and toolloop's own tokens. Model keys are added by the
+    routed runner, which knows its profiles."""
+    from .._secrets import credential_parts
+    from ..contract.mcp import secrets as header_secrets
+
+    decls = [t.mcp for s in contract.subagents.values() for t in s.tools.values() if t.mcp is not None]
+    found = header_secrets(decls, environ) if decls else []
+    for var in _CREDENTIAL_VARS:
+        if environ.get(var):
+            found.extend(credential_parts(environ[var]))
+    return found

@@ -39,7 +39,7 @@ from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
 from .guardrails import check_final as guard_final
 from .guardrails import check_observation
-from .redact import Scrubber
+from .redact import RunSecrets, scrub_record
 from .session import RunnerEnd, RunSession
 from .supervision import Supervision
 
@@ -103,7 +103,8 @@ class RoutedRunner:
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
-                 env: Any = None, parent_budget: Any = None, contract_changed: bool = False):
+                 env: Any = None, parent_budget: Any = None, contract_changed: bool = False,
+                 journal_context: Any = None):
         assert plan.routed is not None
         self.plan = plan
         self.spec = plan.routed
@@ -118,8 +119,11 @@ class RoutedRunner:
         self.seq = 0
         self._malformed = 0
         self._last_rejected: tuple | None = None
-        self._secrets = Scrubber([self.env[p.api_key_env] for p in self.spec.profiles().values()
-                                  if p.api_key_env and self.env.get(p.api_key_env)])
+        # the profiles' keys; joined to the run's secrets (scrubbed from every record) by ``begin``
+        self._secrets = RunSecrets([self.env[p.api_key_env] for p in self.spec.profiles().values()
+                                    if p.api_key_env and self.env.get(p.api_key_env)])
+        #: a child run's context as journaled (its parent's tool redacted it), when not the plan's own
+        self.journal_context = journal_context
         #: (iteration, rule) of the supervisor pauses a resumed run already stopped at
         self.resumed_pauses: set[tuple[int, str]] = set(recording.pauses) if recording is not None else set()
         self.supervision = Supervision(self)
@@ -128,6 +132,8 @@ class RoutedRunner:
 
     def begin(self, session: RunSession) -> None:
         plan = self.plan
+        session.ctx.services.secrets.add(self._secrets.values())
+        self._secrets = session.ctx.services.secrets
         if self.recording is not None and not self.recording.replay:
             session.store.clear_records(session.run_id)  # printed again as the loop replays
             session.store.reopen_run(session.run_id)
@@ -139,7 +145,9 @@ class RoutedRunner:
                    "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}}
         if session.parent is not None:  # a child run: how its parent's resume finds it again
             options.update(parent_run_id=session.parent[0], parent_receipt_id=session.parent[1],
-                           parent_seq=session.parent_seq, depth=session.depth, context=self.spec.context)
+                           parent_seq=session.parent_seq, depth=session.depth,
+                           context=self._secrets.deep(self.journal_context if self.journal_context is not None
+                                                      else self.spec.context))
         session.store.create_run({
             "run_id": session.run_id, "mode": "routed", "plan_path": plan_path, "plan_sha256": plan.plan_sha256,
             "registry_path": os.path.abspath(plan.registry_path), "contract_sha256": plan.contract.contract_sha256,
@@ -213,9 +221,9 @@ class RoutedRunner:
         return self._secrets.text(text)
 
     def record_supervisor(self, iteration: int, rule: str, action: str, reason: str) -> None:
-        self.session.settlement.record(self._secrets.deep({  # type: ignore[union-attr]
+        self.session.settlement.record({  # type: ignore[union-attr]
             "type": "supervisor", "run_id": self.session.run_id, "iteration": iteration, "rule": rule,
-            "action": action, "reason": reason}))
+            "action": action, "reason": reason})
 
     def _record_guard(self, iteration: int, guard: str, tool: str | None, action: str, reason: str | None) -> None:
         self.session.settlement.record({  # type: ignore[union-attr]
@@ -337,15 +345,16 @@ class RoutedRunner:
             return None
         return self.plan.subagent.tools[name]
 
-    def _rejection(self, decision: Decision) -> tuple[str, str] | None:
-        """Why a proposed call is not executed, or None."""
+    def _rejection(self, decision: Decision, *, withheld: bool = False) -> tuple[str, str] | None:
+        """Why a proposed call is not executed, or None. ``withheld``: the markers standing for
+        redacted values the journal withheld are not checked against the input schema."""
         tool = self._tool(decision.tool)
         if tool is None:
             return "unknown_tool", (f"'{decision.tool}' is not one of the tools you may call: "
                                     f"{', '.join(self.spec.tools)}")
         from .gates import input_problem
 
-        problem = input_problem(tool, decision.args)
+        problem = input_problem(tool, decision.args, skip_marked=withheld)
         if problem is not None:
             return "invalid_args", f"the arguments fail the input schema of '{tool.id}': {problem}"
         if (tool.id, sha256_of(decision.args)) in self.ran:
@@ -372,7 +381,8 @@ class RoutedRunner:
         self._last_rejected = key
 
     async def _call(self, it: int, decision: Decision, answer: Any) -> None:
-        rejected = self._rejection(decision)
+        withheld = self._withheld(decision, answer)
+        rejected = self._rejection(decision, withheld=withheld)
         if rejected is not None:
             self._reject(it, decision, answer, decision.tool, *rejected)
             return
@@ -380,7 +390,7 @@ class RoutedRunner:
         self._record_decision(it, decision, answer, rejected=None)
         tool = self._tool(decision.tool)
         args = decision.args or {}
-        receipt = await self._receipt(it, tool, args)
+        receipt = await self._receipt(it, tool, args, withheld=withheld)
         self.ran.add((tool.id, sha256_of(args)))
         self.state.tool_calls += 1
         self.state.ran(tool.id, receipt.status)
@@ -402,8 +412,9 @@ class RoutedRunner:
             return observe_masked(it, tool, receipt.status, acts[-1].value, args=receipt.args)
         return observe_receipt(it, tool, receipt.status, value, args=receipt.args)
 
-    async def _receipt(self, it: int, tool: Any, args: dict) -> Receipt:
-        """The call's receipt: kept from the journal (resume), or from the gates and the call."""
+    async def _receipt(self, it: int, tool: Any, args: dict, *, withheld: bool = False) -> Receipt:
+        """The call's receipt: kept from the journal (resume), or from the gates and the call;
+        ``interrupted`` when its arguments held a redacted value the journal withheld."""
         session, ctx = self.session, self.session.ctx
         seq, call_key = self.seq, str(it)
         kept = self._kept(seq, tool)
@@ -416,6 +427,14 @@ class RoutedRunner:
             self.seq += 1
             session.settlement.settle(copied)  # type: ignore[union-attr]
             return copied
+        if withheld:
+            self.seq += 1
+            receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
+                                      status="interrupted", message=(
+                                          "its arguments held a value the model proposed for a redacted field, which"
+                                          " the journal never stores, so the call cannot be rebuilt from it"))
+            session.settlement.settle(receipt)  # type: ignore[union-attr]
+            return receipt
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
         if isinstance(verdict, Wait):
             session.state.paused.append((None, call_key, None))
@@ -487,10 +506,40 @@ class RoutedRunner:
             "tokens": {"input": answer.reply.input_tokens, "output": answer.reply.output_tokens},
             "model": answer.reply.model, "duration_ms": answer.duration_ms,
         }
-        self.session.settlement.record(self._secrets.deep(rec))  # type: ignore[union-attr]
+        self.session.settlement.record(rec)  # type: ignore[union-attr]
 
     def _journal_answer(self, rec: dict) -> None:
-        self.session.store.put_model_answer(self._secrets.deep(rec))
+        """Journal a model's answer with no secret in it: the values it proposes for a tool's
+        redacted fields are replaced where they stand (and scrubbed from everything the run
+        writes after, since the model may repeat them), the run's credentials wherever they occur.
+        A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
+        if rec.get("role") == "router":
+            rec = {**rec, "text": self._without_proposed_secrets(rec["text"])}
+        self.session.store.put_model_answer(scrub_record(rec, self._secrets))
+
+    def _without_proposed_secrets(self, text: str) -> str:
+        decision = parse_decision(text)
+        if not isinstance(decision, Decision) or decision.action != "call" or decision.args is None:
+            return text
+        tool = self._tool(decision.tool)
+        if tool is None:
+            return text
+        red = self.session.ctx.redactor(tool)
+        proposed = red.secrets(decision.args)
+        if not proposed:
+            return text
+        self._secrets.add(proposed)
+        import json
+
+        return json.dumps({"action": "call", "tool": decision.tool, "args": red.apply(decision.args),
+                           "reason": decision.reason})
+
+    def _withheld(self, decision: Decision, answer: Any) -> bool:
+        """A recorded answer whose call held a redacted value the journal withheld: the call
+        cannot be rebuilt (its arguments came from the model)."""
+        recorded = answer.recorded or (self.recording is not None and self.recording.replay)
+        tool = self._tool(decision.tool)
+        return recorded and tool is not None and self.session.ctx.redactor(tool).marked(decision.args)
 
     # -- closeout ----------------------------------------------------------------------------------
 

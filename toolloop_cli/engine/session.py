@@ -26,6 +26,7 @@ from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter
 from .context import DEFAULT_OUTPUT_CAP, RunContext, RunServices
 from .executors import Executors
+from .redact import RunSecrets, run_credentials, scrub_record
 from .runstate import HaltPolicy, RunState
 from .settle import Settlement
 from .telemetry import open_telemetry
@@ -185,7 +186,7 @@ class RunSession:
         self.owner = owner
         self.audit_error: OSError | None = None
         services = RunServices(cache=store, audit=self._audit if options.audit is not None else None,
-                               warn=options.on_warning,
+                               warn=options.on_warning, secrets=RunSecrets(run_credentials(contract, os.environ)),
                                executors=Executors(contract, options.output_cap_bytes, placement=options.executor,
                                                    ray_address=options.ray_address))
         self.ctx = RunContext(
@@ -254,7 +255,8 @@ class RunSession:
                                                    after_batch=self.options.flush_output)
             self.settlement = Settlement(journal=journal, children=self.ctx.children, counts=state.counts,
                                          on_emit=self.options.on_receipt,
-                                         completion_order=self.options.order == "completion")
+                                         completion_order=self.options.order == "completion",
+                                         secrets=self.ctx.services.secrets)
             if telemetry is not None:
                 self.settlement.observers.append(telemetry.receipt)
                 self.settlement.record_observers.append(telemetry.record)
@@ -306,7 +308,8 @@ class RunSession:
         runner.begin(self)
         self._describe()
         self.journal = _ChildJournal(parent_journal)  # type: ignore[assignment]
-        self.settlement = Settlement(journal=self.journal, children=self.ctx.children, counts=self.state.counts)
+        self.settlement = Settlement(journal=self.journal, children=self.ctx.children, counts=self.state.counts,
+                                     secrets=self.ctx.services.secrets)
         async with self.ctx.services.executors.opened():  # type: ignore[union-attr]
             end = await runner(self)
         await trio.to_thread.run_sync(parent_journal.sync)
@@ -321,6 +324,8 @@ class RunSession:
         summary.update(end.summary)
         if self.parent is not None:
             summary["parent_run_id"], summary["parent_receipt_id"] = self.parent
+        if self.ctx.services.secrets:  # a final answer or an error may quote a credential
+            summary = scrub_record(summary, self.ctx.services.secrets)
         self.store.finish_run(self.run_id, status, state.counts, summary, owner=self.owner)
         return RunResult(summary, state)
 

@@ -12,6 +12,9 @@ A receipt is *settled* when its call has ended (or will never run). From there:
 With ``completion_order`` (``--order completion``) step 3 is left out: each receipt is emitted as
 soon as it is committed; ``seq`` still gives the input order, and the journal is the same.
 
+Every record is scrubbed of the run's secrets (``RunSecrets``: credentials it read, values a
+model proposed for redacted fields) on its way to the journal, whichever path built it.
+
 Receipts kept from an earlier session of the run (``resume``) are counted and ordered with the
 new ones; those the journal already holds as they are are not committed again. Other record types
 (a routed loop's decisions, supervisor and guardrail records) are committed and emitted at once,
@@ -25,6 +28,7 @@ from typing import Any, Callable, Iterable
 import trio
 
 from ..receipts import STATUSES, Receipt
+from .redact import scrub_record
 
 Sink = Callable[[Receipt], None]
 
@@ -63,7 +67,7 @@ class Settlement:
 
     def __init__(self, sink: Sink | None = None, *, journal: Any = None, children: Children | None = None,
                  on_emit: Sink | None = None, record_sink: Callable[[dict], None] | None = None,
-                 counts: dict[str, int] | None = None, completion_order: bool = False):
+                 counts: dict[str, int] | None = None, completion_order: bool = False, secrets: Any = None):
         self.counts = counts if counts is not None else {s: 0 for s in STATUSES}
         self.children = children if children is not None else Children()
         self.listeners: list[Sink] = []
@@ -85,6 +89,12 @@ class Settlement:
         self.handed = 0  # receipts handed on for output, dispatched ones included
         self._waiters: list[tuple[int, trio.Event]] = []
         self._fresh: tuple[int, dict] | None = None  # a receipt emitted as it settles: committed with its emission
+        #: the run's ``RunSecrets``: scrubbed from every record before it is journaled
+        self.secrets = secrets
+
+    def _record_of(self, receipt: Receipt) -> dict:
+        rec = receipt.as_record()
+        return scrub_record(rec, self.secrets) if self.secrets else rec
 
     # -- what comes in ------------------------------------------------------------------------
 
@@ -104,7 +114,7 @@ class Settlement:
         for observer in self.observers:
             observer(receipt)
         if self._journal is not None:
-            rec = receipt.as_record()
+            rec = self._record_of(receipt)
             if self.completion_order or receipt.seq == self._next_seq():
                 # emitted right now: one step commits it, then hands it on (still in completion order)
                 self._fresh = (receipt.seq, rec)
@@ -125,6 +135,8 @@ class Settlement:
     def record(self, rec: dict) -> None:
         """Any other record (a decision, a supervisor or guardrail record): committed and emitted
         now, after the receipts handed on so far."""
+        if self.secrets:
+            rec = scrub_record(rec, self.secrets)
         if self._journal is not None:
             self._journal.record(rec, self.handed)
         elif self._record_sink is not None:
@@ -198,9 +210,9 @@ class Settlement:
             elif (rec := self._committed.pop(receipt.seq, None)) is not None:
                 journal.emit(rec)
             elif receipt.seq in self._journaled:
-                journal.emit(receipt.as_record())
+                journal.emit(self._record_of(receipt))
             else:  # settled outside this session's calls (resume's own receipts, dispatched calls)
-                journal(receipt.as_record())
+                journal(self._record_of(receipt))
                 for observer in self.observers:
                     observer(receipt)
         if self._sink is not None:

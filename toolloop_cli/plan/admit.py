@@ -13,7 +13,7 @@ from .._canonical import sha256_of
 from .._json import value_problem
 from .._text import excerpt, listing, quoted
 from ..contract.compiled import Contract, SubagentSpec, ToolSpec
-from ..contract.problems import Collector, Problem, did_you_mean
+from ..contract.problems import Collector, Problem, did_you_mean, not_a
 from ..contract.registry import display_path, load_document, load_registry
 from ..contract.schemas import schema_errors
 from ..contract.validation import report_model_errors
@@ -94,6 +94,9 @@ def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
     if "subagents" in doc.data and "mode" not in doc.data:
         col.add("TL106", "this file is a registry, not a plan", (),
                 "pass a plan (see plans/ for examples); it names its registry with 'registry:'")
+        return None, col
+    if not_a("plan", doc.data, col, PlanDecl.model_fields, "pass a plan: a YAML file with 'version: 1', 'registry:', 'subagent:'"
+             " and 'mode:' (see plans/ for examples)"):
         return None, col
     mode = doc.data.get("mode")
     if isinstance(mode, str) and mode in MODE_KEYS:

@@ -118,20 +118,30 @@ class Journal:
             raise Refused(404, f"no {where} waits for approval in run {rid}")
         if row["state"] != "pending":
             raise Refused(409, f"{where} of run {rid} was answered already; nothing changed")
+        stored, typed = None, []
         if edited is not None:
-            edited = self._checked_edit(run, item_key, call_key, edited)
+            edited, tool = self._checked_edit(run, item_key, call_key, edited)
+            if edited is not None:
+                from ..answers import stored_edit
+
+                stored, typed = stored_edit(tool, edited)  # a redacted value never lands in the journal
         state = "approved" if decision == "approve" else "rejected"
         ok = self.store.answer_approval(rid, item_key, call_key, state,
-                                        args_sha256=sha256_of(edited) if edited is not None else None, args=edited,
+                                        args_sha256=sha256_of(edited) if edited is not None else None, args=stored,
                                         message=message, approver=by)
         if not ok:
             raise Refused(409, f"{where} of run {rid} was answered meanwhile; nothing changed")
-        return {"run_id": rid, "item_key": item_key, "call_key": call_key, "state": state,
-                "edited": edited is not None, "by": by}
+        out = {"run_id": rid, "item_key": item_key, "call_key": call_key, "state": state,
+               "edited": edited is not None, "by": by}
+        if typed:
+            from ..answers import withheld_note
 
-    def _checked_edit(self, run: dict, item_key: str | None, call_key: str, edited: Any) -> Any:
+            out["note"] = withheld_note(typed, rid)
+        return out
+
+    def _checked_edit(self, run: dict, item_key: str | None, call_key: str, edited: Any) -> tuple[Any, Any]:
         """Edited arguments checked against the tool's input schema (422 when they fail; the
-        request stays pending), or None when they are the arguments as shown."""
+        request stays pending), or None when they are the arguments as shown; and the tool."""
         from ..answers import edit_problem, tool_for_call
 
         if not isinstance(edited, dict):
@@ -140,7 +150,7 @@ class Journal:
                       if r["call_key"] == call_key and (r["item_key"] or None) == (item_key or None)), None)
         shown_args = shown["args"] if shown is not None else None
         if shown_args is not None and edited == shown_args:
-            return None  # nothing edited: the call's own arguments are approved
+            return None, None  # nothing edited: the call's own arguments are approved
         tool = tool_for_call(self.store, run, item_key, call_key)
         if tool is None:
             raise Refused(422, "the arguments cannot be checked: the run's registry or call can no longer be read;"
@@ -148,7 +158,7 @@ class Journal:
         problem = edit_problem(tool, edited, shown_args)
         if problem:
             raise Refused(422, f"the arguments fail the tool's input schema: {problem}")
-        return edited
+        return edited, tool
 
     # --- operators ----------------------------------------------------------------------
     def control(self, run_id: str, kind: str, body: Any) -> dict:

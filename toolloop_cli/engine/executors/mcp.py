@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 import trio
 
 from ...contract.compiled import ToolSpec
+from ..._secrets import Scrubber
 from ...contract.mcp import headers, secrets, server_key, server_params
 
 
@@ -92,19 +93,11 @@ async def _transport(decl: Any) -> AsyncIterator[tuple[Any, Any]]:
 
 
 def _hide(text: str, hidden: list[str]) -> str:
-    for value in sorted(hidden, key=len, reverse=True):
-        text = text.replace(value, "[REDACTED]")
-    return text
+    return Scrubber(hidden).text(text)
 
 
 def _hide_deep(value: Any, hidden: list[str]) -> Any:
-    if isinstance(value, str):
-        return _hide(value, hidden)
-    if isinstance(value, dict):
-        return {_hide(k, hidden) if isinstance(k, str) else k: _hide_deep(v, hidden) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_hide_deep(v, hidden) for v in value]
-    return value
+    return Scrubber(hidden).deep(value)
 
 
 @asynccontextmanager

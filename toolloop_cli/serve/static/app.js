@@ -178,7 +178,7 @@
       result.className = "result";
       result.setAttribute("role", "status");
       result.setAttribute("tabindex", "-1");
-      result.textContent = what + " by " + data.by + ". Resume the run to go on.";
+      result.textContent = what + " by " + data.by + ". Resume the run to go on." + (data.note ? " Note: " + data.note + "." : "");
       var next = resumeForm(data.run_id);
       form.replaceWith(result);
       result.after(next);
