@@ -238,12 +238,22 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice,
                          on_warning=lambda text: notice(f"warning: {text}"), order=order, executor=executor,
                          ray_address=ray_address, labels=labels)
-    progress = None
+    progress: Any = None
+    emit = out.write
     if progress_wanted(out):
-        from ..render.live import LiveProgress
+        if admitted.routed is not None:  # no known total: turns, calls and tokens against the budget
+            from ..render.live import RoutedProgress
 
-        progress = LiveProgress(err_console(), admitted.total_calls, admitted.mode)
-        options.on_receipt = lambda r: progress.advance(r.status)
+            progress = RoutedProgress(err_console(), admitted.routed.budget)
+
+            def emit(record: dict) -> None:
+                progress.see(record)
+                out.write(record)
+        else:
+            from ..render.live import LiveProgress
+
+            progress = LiveProgress(err_console(), admitted.total_calls, admitted.mode)
+            options.on_receipt = lambda r: progress.advance(r.status)
     if approve == "ask" and sys.stdin.isatty() and sys.stderr.isatty():
         from .prompt import TerminalApprover
 
@@ -251,9 +261,9 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     try:
         if progress is not None:
             with progress:
-                result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id, replay=replay)
+                result = execute_plan(admitted, store, emit, options, resume=resume, run_id=run_id, replay=replay)
         else:
-            result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id, replay=replay)
+            result = execute_plan(admitted, store, emit, options, resume=resume, run_id=run_id, replay=replay)
         out.close()
     except BrokenPipeError:
         quiet_broken_pipe()
