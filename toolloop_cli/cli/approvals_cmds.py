@@ -70,6 +70,9 @@ def approve(
             return
         assert call_key is not None
         pending = store.approval(rid, item, call_key)
+        if item is None and (pending is None or pending["state"] != "pending"):
+            item = _only_lane(store, rid, call_key)  # in a parallel run, the one lane where it waits
+            pending = store.approval(rid, item, call_key) if item is not None else None
         if pending is None or pending["state"] != "pending":
             waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
             fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
@@ -86,7 +89,25 @@ def approve(
         store.close()
     if not ok:
         fail("the request was answered meanwhile; nothing changed", 1)
-    sys.stderr.write(f"{state} {call_key}; continue with: toolloop resume {rid}\n")
+    from .._text import escape
+
+    where = f" in lane {escape(item)}" if item else ""
+    sys.stderr.write(f"{state} {escape(call_key)}{where}; continue with: toolloop resume {rid}\n")
+
+
+def _only_lane(store, run_id: str, call_key: str) -> Optional[str]:  # noqa: ANN001
+    """The lane where a call named without ``--item`` waits, when it waits in exactly one; when it
+    waits in several, a usage error (exit 2) naming them and how to pick."""
+    lanes = [p["item_key"] for p in store.pending_approvals(run_id) if p["call_key"] == call_key and p["item_key"]]
+    if len(lanes) <= 1:
+        return lanes[0] if lanes else None
+    from .._text import listing, quoted
+
+    import shlex
+
+    fail(f"call {quoted(call_key)} waits in {len(lanes)} lanes of run {run_id}: {listing(lanes, 5)}", 2,
+         f"pick one with --item ITEM_KEY (e.g. toolloop approve {run_id} {shlex.quote(call_key)} --item"
+         f" {shlex.quote(lanes[0])} --approve), or answer every waiting call of the run with --all-pending")
 
 
 def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: str) -> dict:  # noqa: ANN001
