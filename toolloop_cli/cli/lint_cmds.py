@@ -46,9 +46,14 @@ def validate(
         from dataclasses import replace
 
         problems = [replace(p, level="error") for p in problems]
-    sys.stdout.write(render(problems, format.value, version()))
+    notes = [f"{shown}: checked in part only: {why}" for shown, why in report.partly]
+    sys.stdout.write(render(problems, format.value, version(), notes=notes))
+    from .._text import escape
+
+    for note in notes:  # on standard error in every format, so a CI log shows them too
+        sys.stderr.write(escape(note) + "\n")
     if format is LintFormat.text:
-        sys.stderr.write(count_line(report.registries, report.plans, problems, dropped) + "\n")
+        sys.stderr.write(count_line(report.registries, report.plans, problems, dropped, len(report.partly)) + "\n")
     if any(p.level == "error" for p in problems):
         raise typer.Exit(1)
 
@@ -78,13 +83,17 @@ def _validate(paths: List[Path], registry: Optional[Path], app_root: Optional[Pa
     return report, suppressor.dropped, strict or settings.strict
 
 
-def count_line(registries: int, plans: int, problems: list, dropped: int) -> str:
-    """``checked 1 registry and 2 plans: 1 error, 2 warnings (3 ignored)``."""
+def count_line(registries: int, plans: int, problems: list, dropped: int, partly: int = 0) -> str:
+    """``checked 1 registry and 2 plans: 1 error, 2 warnings (3 ignored)``; plans that could not be
+    checked fully are counted as such (``2 plans (1 of them in part only)``)."""
 
     def n(count: int, word: str) -> str:
         return f"{count} {word}{'' if count == 1 else 's'}"
 
-    checked = " and ".join(n(c, w) for c, w in ((registries, "registry"), (plans, "plan")) if c) or "nothing"
+    shown_plans = n(plans, "plan") + ("" if not partly else " in part only" if partly == plans
+                                      else f" ({partly} of them in part only)")
+    checked = " and ".join(n(c, w) if w != "plan" else shown_plans
+                           for c, w in ((registries, "registry"), (plans, "plan")) if c) or "nothing"
     checked = checked.replace("registrys", "registries")
     errors = sum(p.level == "error" for p in problems)
     warnings = len(problems) - errors
