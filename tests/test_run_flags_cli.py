@@ -124,3 +124,13 @@ def test_a_routed_run_shows_turns_calls_and_tokens_against_its_budget(tmp_path):
     assert "turn 3/6 · tool calls 2/4 · router tokens 2,666/20,000" in screen, screen
     assert "of 0:01:00" in screen
     assert "/0 " not in screen and "0 failed" not in screen  # no batch counter without a total
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_no_lane_at_a_time_is_a_usage_error(cli, tmp_path, command):
+    p = plan(tmp_path, {"mode": "parallel", "max_concurrency": 2, "lanes": [
+        {"item_key": "a", "calls": [{"tool": "echo", "args": {}}]}]})
+    r = cli(command, str(p), "-j", "0")
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith("toolloop: error: -j/--max-concurrency 0: at least one lane must run at a time")
+    assert not (tmp_path / ".toolloop").exists()  # nothing ran

@@ -31,16 +31,16 @@ def _key(item: Optional[str], call_key: str) -> str:
 
 
 def approve(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
-    call_key: Optional[str] = typer.Argument(None, help="The call_key of the call waiting for approval."),
-    item: Optional[str] = typer.Option(None, "--item", help="The lane's item_key (parallel plans)."),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
+    call_key: Optional[str] = typer.Argument(None, metavar="CALL_KEY", help="The call_key of the call waiting for approval."),
+    item: Optional[str] = typer.Option(None, "--item", metavar="ITEM_KEY", help="The lane's item_key (parallel plans)."),
     all_pending: bool = typer.Option(False, "--all-pending", help="Answer every call of the run that waits now."),
     yes: bool = typer.Option(False, "--approve", help="Approve the call."),
     no: bool = typer.Option(False, "--reject", help="Reject the call: it gets a denied receipt."),
-    args: Optional[str] = typer.Option(None, "--args", help="Approve these arguments instead (a JSON object; checked against the tool's input schema)."),
-    message: Optional[str] = typer.Option(None, "--message", help="Why; a rejection's message goes into the denied receipt."),
-    approver: Optional[str] = typer.Option(None, "--approver", help="Who answers, recorded with the answer (default: the login name)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    args: Optional[str] = typer.Option(None, "--args", metavar="JSON", help="Approve these arguments instead (a JSON object; checked against the tool's input schema)."),
+    message: Optional[str] = typer.Option(None, "--message", metavar="TEXT", help="Why; a rejection's message goes into the denied receipt."),
+    approver: Optional[str] = typer.Option(None, "--approver", metavar="NAME", help="Who answers, recorded with the answer (default: the login name)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Answer a call that waits for approval (or all of a run's), once; then run 'toolloop resume RUN_ID'."""
     if yes == no:
@@ -137,9 +137,9 @@ def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: 
 
 @approvals_app.command("list")
 def list_approvals(
-    run_id: Optional[str] = typer.Argument(None, help="Only this run's requests (a unique prefix is enough)."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    run_id: Optional[str] = typer.Argument(None, metavar="RUN_ID", help="Only this run's requests (a unique prefix is enough)."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Calls waiting for approval: run, keys, tool, effect and exact (redacted) arguments."""
     from ..pending import pending_records

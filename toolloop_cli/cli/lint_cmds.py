@@ -21,14 +21,14 @@ def _require_file(path: Path, what: str) -> None:
 
 def validate(
     paths: List[Path] = typer.Argument(..., metavar="PATH", help="Registries, plans, or folders holding them (*.yml, *.yaml)."),
-    registry: Optional[Path] = typer.Option(None, "--registry", help="Check every plan against this registry instead of the one it names."),
-    app_root: Optional[Path] = typer.Option(None, "--app-root", help="Folder put first on sys.path for callables (as run --app-root)."),
-    format: LintFormat = typer.Option(LintFormat.text, "--format", "-f", help="Output format for findings."),
+    registry: Optional[Path] = typer.Option(None, "--registry", metavar="FILE", help="Check every plan against this registry instead of the one it names."),
+    app_root: Optional[Path] = typer.Option(None, "--app-root", metavar="DIR", help="Folder put first on sys.path for callables (as run --app-root)."),
+    format: LintFormat = typer.Option(LintFormat.text, "--format", "-f", metavar="text|json|github|sarif", help="Output format for findings."),
     locked: bool = typer.Option(False, "--locked", help=f"Fail when a registry differs from its {LOCK_NAME}."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
-    ignore: Optional[str] = typer.Option(None, "--ignore", help="Finding codes to leave out, e.g. TL305,TL340."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="The --timeout the plans will run with (a default for tools that set none)."),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", help="The --max-concurrency the parallel plans will run with."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", metavar="CODES", help="Finding codes to leave out, e.g. TL305,TL340."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="The --timeout the plans will run with (a default for tools that set none)."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", metavar="N", help="The --max-concurrency the parallel plans will run with."),
 ) -> None:
     """Check registries and plans as run would, without running anything; exit 1 on any error.
 
@@ -67,6 +67,8 @@ def _validate(paths: List[Path], registry: Optional[Path], app_root: Optional[Pa
 
     if timeout is not None and timeout <= 0:
         raise UsageError("--timeout must be above 0")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UsageError(f"-j/--max-concurrency {max_concurrency}: at least one lane must run at a time (use 1 or more)")
     if registry is not None and not registry.is_file():
         raise UsageError(f"--registry {registry}: {'a folder, not a file' if registry.is_dir() else 'not found'}")
     if app_root is not None and not app_root.is_dir():
@@ -111,7 +113,7 @@ def usage_error(message: str, fmt: str) -> NoReturn:
     fail(message, 2)
 
 
-def lock(registry: Path = typer.Argument(..., help="Registry YAML file.")) -> None:
+def lock(registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry YAML file.")) -> None:
     """Write the registry's entry in toolloop.lock beside it: every tool's contract hash and each
     subagent's runner_defaults hash (other registries' entries in the same lock are kept)."""
     from ..contract.registry import display_path, load_registry
@@ -135,9 +137,9 @@ def lock(registry: Path = typer.Argument(..., help="Registry YAML file.")) -> No
 
 
 def tools(
-    registry: Path = typer.Argument(..., help="Registry YAML file."),
-    subagent: Optional[str] = typer.Option(None, "--subagent", "-s", help="Only this subagent's tools."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry YAML file."),
+    subagent: Optional[str] = typer.Option(None, "--subagent", "-s", metavar="SUBAGENT", help="Only this subagent's tools."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
 ) -> None:
     """List the registry's tools: id, kind, effect, description."""
     from ..contract.registry import load_registry
@@ -185,7 +187,7 @@ class SchemaName(str, Enum):
     receipt = "receipt"
 
 
-def schema(name: SchemaName = typer.Argument(..., help="registry, plan or receipt.")) -> None:
+def schema(name: SchemaName = typer.Argument(..., metavar="registry|plan|receipt", help="registry, plan or receipt.")) -> None:
     """Print the JSON Schema of a file format or of the output records."""
     from ..record_schema import SCHEMAS
 

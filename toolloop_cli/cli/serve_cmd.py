@@ -14,10 +14,10 @@ STATE_DIR_HELP = "Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).
 
 
 def serve(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback unless you say otherwise)."),
-    port: int = typer.Option(8765, "--port", min=0, max=65535, help="Port to listen on (0: any free one)."),
-    users: Optional[Path] = typer.Option(None, "--users", help="YAML 'name: {token_env: VAR}': a token per person, recorded as the approver."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    host: str = typer.Option("127.0.0.1", "--host", metavar="HOST", help="Address to listen on (loopback unless you say otherwise)."),
+    port: int = typer.Option(8765, "--port", min=0, max=65535, metavar="PORT", help="Port to listen on (0: any free one)."),
+    users: Optional[Path] = typer.Option(None, "--users", metavar="FILE", help="YAML 'name: {token_env: VAR}': a token per person, recorded as the approver."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """A web page and JSON API for runs and approvals, over the same journal; every request needs a token."""
     import os
