@@ -47,6 +47,13 @@ def validate(
 
         problems = [replace(p, level="error") for p in problems]
     notes = [f"{shown}: checked in part only: {why}" for shown, why in report.partly]
+    for shown, tools in report.mcp_unchecked:  # validate reaches a server only for a plan or a lock
+        from .._text import listing
+
+        notes.append(f"{shown}: {len(tools)} MCP tool{'s' if len(tools) != 1 else ''} ({listing(tools, 5)}) not"
+                     f" checked against {'their servers' if len(tools) != 1 else 'its server'}: validate a plan"
+                     f" that uses {'them' if len(tools) != 1 else 'it'}, or run toolloop tools {shown},"
+                     " to reach the servers")
     sys.stdout.write(render(problems, format.value, version(), notes=notes))
     from .._text import escape
 
@@ -158,6 +165,7 @@ def tools(
 
     out = sys.stdout.buffer
     writer = record_writer(resolve_format(format, sys.stdout), out)
+    unreached = 0  # errors from servers that could not be reached: the listing is partial (exit 1)
     for sid, sub in contract.subagents.items():
         if subagent is not None and sid != subagent:
             continue
@@ -165,6 +173,7 @@ def tools(
         server_problems = resolve_server_tools(sub)
         if server_problems:
             print_findings(server_problems)
+            unreached += sum(p.level == "error" for p in server_problems)
         if any(t.kind == "plan" for t in sub.tools.values()):  # a plan tool's effect comes from its child plan
             from ..plan.children import admit_children
 
@@ -179,6 +188,10 @@ def tools(
                 "mcp_name": t.ref if t.kind == "mcp" else None,
             })
     writer.close()
+    if unreached:
+        sys.stderr.write(f"toolloop: {unreached} MCP problem{'s' if unreached != 1 else ''} above: the tools of"
+                         " a server that could not be reached are not listed\n")
+        raise typer.Exit(1)
 
 
 class SchemaName(str, Enum):

@@ -38,6 +38,8 @@ class Report:
     plans: int = 0
     #: (plan as shown, why it could not be checked fully)
     partly: list[tuple[str, str]] = field(default_factory=list)
+    #: (registry as shown, its MCP tools that were not checked against their servers)
+    mcp_unchecked: list[tuple[str, list[str]]] = field(default_factory=list)
 
 
 @dataclass
@@ -46,6 +48,7 @@ class _Registry:
     partial: Any  # what compiled of it (None when nothing could be)
     broken: set[str]  # tool ids declared in the file that did not compile, per "subagent/tool"
     shown: str
+    mcp_checked: set[str] = field(default_factory=set)  # subagents whose MCP servers were reached
 
 
 class Checker:
@@ -85,9 +88,11 @@ class Checker:
 
             self._add(drift(Path(path), contract))
         if contract is not None:  # with a lock beside it: its MCP servers still offer the locked schemas
-            from ..contract.mcp import lock_problems
+            from ..contract.mcp import lock_problems, read_locked_hashes
 
             self._add(lock_problems(contract))
+            if read_locked_hashes(contract.file):
+                entry.mcp_checked.update(contract.subagents)
         return entry
 
     def plan(self, path: Path) -> None:
@@ -168,6 +173,8 @@ class Checker:
         child = decl.context is None and any(
             t.kind == "plan" and os.path.realpath(t.ref) == os.path.realpath(path)
             for sub in contract.subagents.values() for t in sub.tools.values())
+        # admission reaches the MCP servers of the plan's subagent (as run does)
+        self._registry(reg_path).mcp_checked.add(decl.subagent)
         try:
             admit_declaration(decl, col, contract, shown=display_path(path), registry_path=reg_path, warnings=[],
                               max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent,
@@ -188,6 +195,14 @@ class Checker:
             if t.kind == "plan":
                 self.plan(t.path)
         self.report.problems.sort(key=lambda p: p.sort_key)
+        for reg in self._registries.values():
+            contract = reg.contract if reg.contract is not None else reg.partial
+            if contract is None:
+                continue
+            unchecked = [f"{sid}/{tid}" for sid, sub in contract.subagents.items() if sid not in reg.mcp_checked
+                         for tid, tool in sub.tools.items() if tool.kind == "mcp"]
+            if unchecked:
+                self.report.mcp_unchecked.append((reg.shown, unchecked))
         return self.report
 
 
