@@ -149,3 +149,31 @@ def test_validate_says_which_mcp_tools_it_did_not_check_against_their_servers(cl
     proc = cli("validate", "reg.yml", str(p))
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stderr.decode() == "checked 1 registry and 1 plan: 2 warnings\n"
+
+
+def test_a_routed_plan_calls_an_mcp_tool(cli, tmp_path):
+    registry(tmp_path)
+    answers = [{"action": "call", "tool": "now", "args": {"timezone": "UTC"}, "reason": "the time is needed"},
+               {"action": "final", "reason": "known"}, {"answer": "done"}]
+    write(tmp_path / "answers.jsonl", "".join(json.dumps({
+        "type": "model_answer", "run_id": "recorded", "n": n, "role": "final" if n == 3 else "router", "model": "m",
+        "request_sha256": None, "text": json.dumps(a), "input_tokens": 1, "output_tokens": 1}) + "\n"
+        for n, a in enumerate(answers, start=1)))
+    profile = "{provider: replay, fixture: answers.jsonl}"
+    p = write(tmp_path / "routed.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: w
+        mode: routed
+        goal: Say what time it is.
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 4, max_tokens: 1000, max_tool_calls: 2, timeout_s: 60}}
+        final_schema: {{type: object, required: [answer]}}
+    """)
+    proc = cli("run", str(p), "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    records = jsonl(proc.stdout)
+    (receipt,) = [r for r in records if r["type"] == "receipt"]
+    assert receipt["tool"] == "now" and receipt["status"] == "ok" and receipt["result"]["timezone"] == "UTC"
+    assert records[-1]["outcome"] == "final" and records[-1]["final"] == {"answer": "done"}
