@@ -220,3 +220,8 @@ def test_a_dry_run_at_80_columns_keeps_the_worst_case_and_labels_its_total(cli, 
     worst = lines[1].split().index("worst_s")
     assert [re.split(r"\s{2,}", line.strip())[worst] for line in lines[3:6]] == ["10", "10", "10"]
     assert lines[-1] == "dry run (parallel): 3 calls in 3 lanes, 4 at once; worst case 10 s; nothing ran"
+
+    # a routed plan's calls are not known before the model picks them: no made-up worst case
+    routed = table_of([{"type": "dry_run", "mode": "routed", "calls": 0, "lanes": None, "max_concurrency": 1,
+                        "max_calls": 100, "worst_case_s": 0.0}])
+    assert routed == ["dry run (routed): the model picks the calls as it runs; nothing ran"]

@@ -238,7 +238,10 @@ def show_dry_run(console: Any, planned: list[dict], total: dict | None) -> None:
         if not any(cols[1].cells):
             del cols[1]
         render(console, cols, title="would run")
-    if total is not None:
+    if total is not None and total.get("mode") == "routed":
+        # no call is known before the model picks it: no list, and no worst case made up
+        _line(console, "dry run (routed): the model picks the calls as it runs; nothing ran", "bold")
+    elif total is not None:
         lanes = f" in {total['lanes']} lanes, {total['max_concurrency']} at once" if total.get("lanes") is not None else ""
         limit = f"; at most {total['max_calls']} calls" if total.get("max_calls") is not None else ""
         _line(console, f"dry run ({cell(total.get('mode'))}): {_n(total.get('calls', 0), 'call')}{lanes}{limit};"
