@@ -118,23 +118,23 @@ _toolloop_option_value()
 _toolloop_argument()
 {
     case "$1 $2" in
-        "toolloop abort 0") echo "@text" ;;
-        "toolloop approvals list 0") echo "@text" ;;
-        "toolloop approve 0") echo "@text" ;;
+        "toolloop abort 0") echo "@run" ;;
+        "toolloop approvals list 0") echo "@run" ;;
+        "toolloop approve 0") echo "@run" ;;
         "toolloop approve 1") echo "@text" ;;
         "toolloop call 0") echo "@file" ;;
         "toolloop call 1") echo "@text" ;;
         "toolloop call 2") echo "@text" ;;
         "toolloop init 0") echo "@file" ;;
         "toolloop lock 0") echo "@file" ;;
-        "toolloop replay 0") echo "@text" ;;
-        "toolloop resume 0") echo "@text" ;;
+        "toolloop replay 0") echo "@run" ;;
+        "toolloop resume 0") echo "@run" ;;
         "toolloop run 0") echo "@file" ;;
-        "toolloop runs export 0") echo "@text" ;;
-        "toolloop runs show 0") echo "@text" ;;
-        "toolloop runs verify 0") echo "@text" ;;
+        "toolloop runs export 0") echo "@run" ;;
+        "toolloop runs show 0") echo "@run" ;;
+        "toolloop runs verify 0") echo "@run" ;;
         "toolloop schema 0") echo "registry plan receipt" ;;
-        "toolloop steer 0") echo "@text" ;;
+        "toolloop steer 0") echo "@run" ;;
         "toolloop steer 1") echo "@text" ;;
         "toolloop tools 0") echo "@file" ;;
         "toolloop validate "*) echo "@file" ;;
@@ -142,11 +142,15 @@ _toolloop_argument()
     esac
 }
 
-# _toolloop_reply SPEC CUR: fill COMPREPLY from a value spec.
+# _toolloop_reply SPEC CUR: fill COMPREPLY from a value spec; @run offers the run ids of the
+# journal (in the --state-dir given on the line, if any), newest first.
 _toolloop_reply()
 {
     case "$1" in
         @none | @text) ;;
+        @run)
+            mapfile -t COMPREPLY < <(command toolloop __complete-run-ids ${state_dir:+--state-dir "$state_dir"} -- "$2" 2>/dev/null)
+            ;;
         @file)
             compopt -o filenames 2>/dev/null
             mapfile -t COMPREPLY < <(compgen -f -- "$2")
@@ -162,6 +166,7 @@ _toolloop_reply()
 _toolloop()
 {
     local cur="${COMP_WORDS[COMP_CWORD]}" path="toolloop" word value_of="" only_args="" i npos=0 prefix=""
+    local state_dir=""
     COMPREPLY=()
 
     # Walk the words before the cursor: descend into subcommands, skip option values,
@@ -171,12 +176,14 @@ _toolloop()
         if [[ -n $value_of ]]; then
             # '--format=json' arrives as three words when '=' is a word break.
             [[ $word == "=" ]] && continue
+            [[ $value_of == --state-dir ]] && state_dir="$word"
             value_of=""
             continue
         fi
         if [[ -z $only_args ]]; then
             case "$word" in
                 --) only_args=1; continue ;;
+                --state-dir=*) state_dir="${word#*=}"; continue ;;
                 -*=*) continue ;;
                 -*)
                     [[ $(_toolloop_option_value "$path" "$word") != "@none" ]] && value_of="$word"

@@ -47,6 +47,23 @@ function __toolloop_using
     test (__toolloop_command) = "$argv"
 end
 
+# __toolloop_run_ids: the run ids of the journal (in the --state-dir given on the line, if any).
+function __toolloop_run_ids
+    set -l tokens (commandline -opc)
+    set -l args
+    for i in (seq (count $tokens))
+        switch $tokens[$i]
+            case '--state-dir=*'
+                set args --state-dir (string replace -- '--state-dir=' '' $tokens[$i])
+            case --state-dir
+                if test $i -lt (count $tokens)
+                    set args --state-dir $tokens[(math $i + 1)]
+                end
+        end
+    end
+    command toolloop __complete-run-ids $args 2>/dev/null
+end
+
 # Options that take a value, as 'command path option'.
 set -g __toolloop_value_options \
     'toolloop abort --message' \
@@ -154,6 +171,7 @@ complete -c toolloop -n '__toolloop_using toolloop' -s h -l help -d 'Show this m
 complete -c toolloop -n '__toolloop_using toolloop abort' -l message -x -d 'Why; kept in the run\'s supervisor record.'
 complete -c toolloop -n '__toolloop_using toolloop abort' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop abort' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop abort' -a '(__toolloop_run_ids)'
 
 # toolloop approvals
 complete -c toolloop -n '__toolloop_using toolloop approvals' -a list -d 'Calls waiting for approval: run, keys, tool, effect and exact (redacted) arguments.'
@@ -163,6 +181,7 @@ complete -c toolloop -n '__toolloop_using toolloop approvals' -s h -l help -d 'S
 complete -c toolloop -n '__toolloop_using toolloop approvals list' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop approvals list' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop approvals list' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop approvals list' -a '(__toolloop_run_ids)'
 
 # toolloop approve
 complete -c toolloop -n '__toolloop_using toolloop approve' -l all-pending -d 'Answer every call of the run that waits now.'
@@ -174,6 +193,7 @@ complete -c toolloop -n '__toolloop_using toolloop approve' -l message -x -d 'Wh
 complete -c toolloop -n '__toolloop_using toolloop approve' -l reject -d 'Reject the call: it gets a denied receipt.'
 complete -c toolloop -n '__toolloop_using toolloop approve' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop approve' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop approve' -a '(__toolloop_run_ids)'
 
 # toolloop call
 complete -c toolloop -n '__toolloop_using toolloop call' -l approve -x -a 'ask all none' -d 'Approval gates: ask (a prompt on a terminal, else the call pauses for \'toolloop approve\'), all, or none.'
@@ -199,6 +219,7 @@ complete -c toolloop -n '__toolloop_using toolloop replay' -l offline -d 'Take e
 complete -c toolloop -n '__toolloop_using toolloop replay' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop replay' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop replay' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop replay' -a '(__toolloop_run_ids)'
 
 # toolloop resume
 complete -c toolloop -n '__toolloop_using toolloop resume' -l accept-contract-change -d 'Go on under a registry that changed since the run started (recorded; the summary says contract_changed).'
@@ -214,6 +235,7 @@ complete -c toolloop -n '__toolloop_using toolloop resume' -l retry-interrupted 
 complete -c toolloop -n '__toolloop_using toolloop resume' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop resume' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop resume' -a '(__toolloop_run_ids)'
 
 # toolloop run
 complete -c toolloop -n '__toolloop_using toolloop run' -l app-root -r -F -d 'Folder put first on sys.path for callables.'
@@ -251,6 +273,7 @@ complete -c toolloop -n '__toolloop_using toolloop runs' -s h -l help -d 'Show t
 complete -c toolloop -n '__toolloop_using toolloop runs export' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs export' -s f -l format -x -a 'auto table jsonl json' -d 'jsonl (default) or json.'
 complete -c toolloop -n '__toolloop_using toolloop runs export' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop runs export' -a '(__toolloop_run_ids)'
 
 # toolloop runs list
 complete -c toolloop -n '__toolloop_using toolloop runs list' -l label -x -d 'Only runs with this KEY=VALUE label (repeatable; all must match).'
@@ -269,10 +292,12 @@ complete -c toolloop -n '__toolloop_using toolloop runs show' -l contract -d 'Pr
 complete -c toolloop -n '__toolloop_using toolloop runs show' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs show' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop runs show' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop runs show' -a '(__toolloop_run_ids)'
 
 # toolloop runs verify
 complete -c toolloop -n '__toolloop_using toolloop runs verify' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs verify' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop runs verify' -a '(__toolloop_run_ids)'
 
 # toolloop schema
 complete -c toolloop -n '__toolloop_using toolloop schema' -s h -l help -d 'Show this message and exit.'
@@ -288,6 +313,7 @@ complete -c toolloop -n '__toolloop_using toolloop serve' -s h -l help -d 'Show 
 # toolloop steer
 complete -c toolloop -n '__toolloop_using toolloop steer' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop steer' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop steer' -a '(__toolloop_run_ids)'
 
 # toolloop tools
 complete -c toolloop -n '__toolloop_using toolloop tools' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'

@@ -93,7 +93,7 @@ class Arg:
 
     name: str
     help: str
-    kind: str  # choice | file | text
+    kind: str  # choice | file | run (a run id, completed from the journal) | text
     choices: tuple[str, ...]
     required: bool
     variadic: bool
@@ -201,7 +201,7 @@ def _option(param: Any) -> Opt:
 def _argument(param: Any) -> Arg:
     choices = _choices(param)
     base = _base_kind(param)
-    kind = "choice" if choices else ("file" if base == "file" else "text")
+    kind = "choice" if choices else "file" if base == "file" else "run" if param.name == "run_id" else "text"
     return Arg(
         name=param.name,
         help=inspect.cleandoc(getattr(param, "help", None) or ""),
@@ -334,11 +334,15 @@ def bash_completion(tree: list[Cmd]) -> str:
         "    esac",
         "}",
         "",
-        "# _toolloop_reply SPEC CUR: fill COMPREPLY from a value spec.",
+        "# _toolloop_reply SPEC CUR: fill COMPREPLY from a value spec; @run offers the run ids of the",
+        "# journal (in the --state-dir given on the line, if any), newest first.",
         "_toolloop_reply()",
         "{",
         '    case "$1" in',
         "        @none | @text) ;;",
+        "        @run)",
+        '            mapfile -t COMPREPLY < <(command toolloop __complete-run-ids ${state_dir:+--state-dir "$state_dir"} -- "$2" 2>/dev/null)',
+        "            ;;",
         "        @file)",
         "            compopt -o filenames 2>/dev/null",
         '            mapfile -t COMPREPLY < <(compgen -f -- "$2")',
@@ -354,6 +358,7 @@ def bash_completion(tree: list[Cmd]) -> str:
         "_toolloop()",
         "{",
         '    local cur="${COMP_WORDS[COMP_CWORD]}" path="toolloop" word value_of="" only_args="" i npos=0 prefix=""',
+        '    local state_dir=""',
         "    COMPREPLY=()",
         "",
         "    # Walk the words before the cursor: descend into subcommands, skip option values,",
@@ -363,12 +368,14 @@ def bash_completion(tree: list[Cmd]) -> str:
         '        if [[ -n $value_of ]]; then',
         "            # '--format=json' arrives as three words when '=' is a word break.",
         '            [[ $word == "=" ]] && continue',
+        '            [[ $value_of == --state-dir ]] && state_dir="$word"',
         '            value_of=""',
         "            continue",
         "        fi",
         '        if [[ -z $only_args ]]; then',
         '            case "$word" in',
         '                --) only_args=1; continue ;;',
+        '                --state-dir=*) state_dir="${word#*=}"; continue ;;',
         "                -*=*) continue ;;",
         "                -*)",
         '                    [[ $(_toolloop_option_value "$path" "$word") != "@none" ]] && value_of="$word"',
@@ -431,7 +438,7 @@ def _zsh_desc(text: str) -> str:
 def _zsh_action(kind: str, choices: tuple[str, ...]) -> str:
     if kind == "choice":
         return "(" + " ".join(choices) + ")"
-    return {"file": "_files", "dir": "_files -/", "text": " "}.get(kind, " ")
+    return {"file": "_files", "dir": "_files -/", "text": " ", "run": "_toolloop_run_ids"}.get(kind, " ")
 
 
 def _zsh_function(cmd: Cmd) -> str:
@@ -461,6 +468,13 @@ def zsh_completion(tree: list[Cmd]) -> str:
         "#compdef toolloop",
         f"# {GENERATED_BY}",
         "# Use: put this file in a folder on $fpath as _toolloop, then run compinit.",
+        "",
+        "# The run ids of the journal (in the --state-dir given on the line, if any), newest first.",
+        "_toolloop_run_ids() {",
+        "    local -a ids",
+        '    ids=(${(f)"$(command toolloop __complete-run-ids ${opt_args[--state-dir]:+--state-dir} ${opt_args[--state-dir]} 2>/dev/null)"})',
+        "    compadd -a ids",
+        "}",
         "",
     ]
     # One function per command; a group dispatches to its subcommands' functions by name.
@@ -578,6 +592,23 @@ def fish_completion(tree: list[Cmd]) -> str:
         "    test (__toolloop_command) = \"$argv\"",
         "end",
         "",
+        "# __toolloop_run_ids: the run ids of the journal (in the --state-dir given on the line, if any).",
+        "function __toolloop_run_ids",
+        "    set -l tokens (commandline -opc)",
+        "    set -l args",
+        "    for i in (seq (count $tokens))",
+        "        switch $tokens[$i]",
+        "            case '--state-dir=*'",
+        "                set args --state-dir (string replace -- '--state-dir=' '' $tokens[$i])",
+        "            case --state-dir",
+        "                if test $i -lt (count $tokens)",
+        "                    set args --state-dir $tokens[(math $i + 1)]",
+        "                end",
+        "        end",
+        "    end",
+        "    command toolloop __complete-run-ids $args 2>/dev/null",
+        "end",
+        "",
         "# Options that take a value, as 'command path option'.",
         "set -g __toolloop_value_options \\",
     ]
@@ -610,6 +641,8 @@ def fish_completion(tree: list[Cmd]) -> str:
                 out.append(f"complete -c toolloop {cond} -a {_fish_quote(' '.join(arg.choices))}")
             elif arg.kind == "file":
                 out.append(f"complete -c toolloop {cond} -F")
+            elif arg.kind == "run":
+                out.append(f"complete -c toolloop {cond} -a '(__toolloop_run_ids)'")
     return "\n".join(out) + "\n"
 
 

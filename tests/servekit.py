@@ -59,7 +59,8 @@ class Served:
                 break
             opened = re.search(r"open (http://\S+)/\?token=(\S+)", line)
             if opened:
-                self.token = opened.group(2)
+                # a token from TOOLLOOP_SERVE_TOKEN is never printed: the line names the variable
+                self.token = full_env["TOOLLOOP_SERVE_TOKEN"] if opened.group(2) == "TOKEN," else opened.group(2)
                 break
 
     def client(self, token: str | None = "default", **kw) -> httpx.Client:

@@ -166,3 +166,30 @@ def test_approve_reads_the_journal_only_unless_args_need_a_schema_check(cli, tmp
     assert r.returncode == 1 and "--args fail the tool's input schema" in r.stderr.decode()
     r = cli("approve", rid, "pay", "--item", "k0", "--approve", "--args", '{"amount": 150}')
     assert r.returncode == 0, r.stderr
+
+
+def test_a_call_named_without_its_lane_says_where_it_waits_and_how_to_pick(cli, tmp_path):
+    rid = paused_run(cli, tmp_path, lanes=3)
+    r = cli("approve", rid, "pay", "--approve")
+    assert r.returncode == 2
+    assert r.stderr.decode() == (
+        f"toolloop: error: call 'pay' waits in 3 lanes of run {rid}: k0, k1, k2\n"
+        f"  hint: pick one with --item ITEM_KEY (e.g. toolloop approve {rid} pay --item k0 --approve),"
+        " or answer every waiting call of the run with --all-pending\n")
+    assert {state for _i, _c, state, *_rest in approvals_table(tmp_path)} == {"pending"}  # nothing answered
+    # an answer names the lane it went to
+    r = cli("approve", rid, "pay", "--item", "k1", "--approve")
+    assert r.returncode == 0
+    assert r.stderr.decode() == f"approved pay in lane k1; continue with: toolloop resume {rid}\n"
+
+
+def test_a_call_that_waits_in_one_lane_only_is_answered_there(cli, tmp_path):
+    rid = paused_run(cli, tmp_path, lanes=2)
+    assert cli("approve", rid, "pay", "--item", "k0", "--reject").returncode == 0
+    r = cli("approve", rid, "pay", "--approve")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.decode() == f"approved pay in lane k1; continue with: toolloop resume {rid}\n"
+    assert [(item, state) for item, _c, state, *_rest in approvals_table(tmp_path)] == [
+        ("k0", "rejected"), ("k1", "approved")]
+    r = cli("approve", rid, "pay", "--approve")
+    assert r.returncode == 1 and "no call 'pay' waits for approval" in r.stderr.decode()

@@ -128,7 +128,7 @@ def test_bash_and_man_cover_the_command(path, command):
         assert opt in man, f"{opt} of {path} not in man page"
 
 
-def _bash_complete(*words: str) -> list[str]:
+def _bash_complete(*words: str, cwd: Path = ROOT, env: dict | None = None) -> list[str]:
     """COMPREPLY of the generated bash completion for the command line ``words`` (last = cursor word)."""
     script = (
         f"source {BASH}\n"
@@ -136,7 +136,7 @@ def _bash_complete(*words: str) -> list[str]:
         "_toolloop\n"
         "printf '%s\\n' \"${COMPREPLY[@]}\"\n"
     )
-    done = subprocess.run(["bash", "-c", script, "bash", *words], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(["bash", "-c", script, "bash", *words], capture_output=True, text=True, cwd=cwd, env=env)
     assert done.returncode == 0, done.stderr
     return [w for w in done.stdout.splitlines() if w]
 
@@ -163,8 +163,15 @@ def test_bash_completion_parses():
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed; zsh -n syntax check not run")
+def _shell(name: str) -> str:
+    # a missing shell fails the test: .ci/run installs zsh and fish (Debian packages)
+    found = shutil.which(name)
+    assert found is not None, f"{name} is missing: apt-get install -y {name}"
+    return found
+
+
 def test_zsh_completion_parses():
+    _shell("zsh")
     done = subprocess.run(["zsh", "-n", str(ZSH)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
@@ -180,8 +187,9 @@ def test_zsh_and_fish_cover_every_option():
             assert f"-l {opt[2:]}" in fish, opt
 
 
-@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed; fish completion not exercised")
 def test_fish_completion_offers_commands_options_and_values():
+    _shell("fish")
+
     def complete(line: str) -> list[str]:
         done = subprocess.run(
             ["fish", "--no-config", "-c", f"source {FISH}; complete -C {json.dumps(line)}"],
@@ -193,7 +201,9 @@ def test_fish_completion_offers_commands_options_and_values():
     top = sorted(n for n, c in TREE[0][1].commands.items() if not getattr(c, "hidden", False))
     assert complete("toolloop ") == top
     assert complete("toolloop validate --format ") == ["github", "json", "sarif", "text"]
-    assert complete("toolloop runs ") == ["list", "show"]
+    runs = dict(TREE)[("runs",)]
+    assert complete("toolloop runs ") == sorted(n for n, c in runs.commands.items() if not getattr(c, "hidden", False))
+    assert "list" in complete("toolloop runs ")
     validate = dict(TREE)[("validate",)]
     assert set(complete("toolloop validate --")) == _long_options(validate)
 
@@ -285,3 +295,95 @@ def test_pre_commit_hook_definition():
     # the example in the comment pins a commit, never a tag that does not exist
     text = (ROOT / ".pre-commit-hooks.yaml").read_text(encoding="utf-8")
     assert re.search(r"rev: [0-9a-f]{40}", text) and "v0.1.0" not in text
+
+
+# --- run ids from the journal ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory):
+    """A folder whose journal holds two runs, and the environment a shell completes in there
+    (``toolloop`` on PATH); the run ids newest first."""
+    folder = tmp_path_factory.mktemp("journal")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("TOOLLOOP_STATE_DIR", None)
+    ids = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-m", "toolloop_cli", "run", str(ROOT / "plans" / "sequential.yml"),
+                               "--format", "jsonl"], cwd=folder, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        ids.append(json.loads(done.stdout.splitlines()[-1])["run_id"])
+    return folder, env, ids[::-1]
+
+
+def test_run_ids_are_read_from_the_journal_and_nothing_is_created(journal, tmp_path):
+    folder, env, ids = journal
+    run = [sys.executable, "-m", "toolloop_cli", "__complete-run-ids"]
+    done = subprocess.run(run, cwd=folder, capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout.split()) == (0, ids)
+    done = subprocess.run([*run, ids[1][:-3]], cwd=folder, capture_output=True, text=True, env=env)
+    assert done.stdout.split() == [ids[1]]
+    # no journal: nothing offered, nothing created
+    done = subprocess.run(run, cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("words", [("resume",), ("runs", "show"), ("approve",), ("approvals", "list")])
+def test_bash_completes_run_ids(journal, words):
+    folder, env, ids = journal
+    assert _bash_complete("toolloop", *words, "", cwd=folder, env=env) == ids
+    assert _bash_complete("toolloop", *words, ids[1][:-2], cwd=folder, env=env) == [ids[1]]
+    # from elsewhere, in the --state-dir given on the line
+    state = str(folder / ".toolloop")
+    assert _bash_complete("toolloop", *words, "--state-dir", state, "", env=env) == ids
+    assert _bash_complete("toolloop", *words, f"--state-dir={state}", "", env=env) == ids
+    assert _bash_complete("toolloop", *words, "", env=env) != ids  # the repository's own journal, if any
+
+
+def test_zsh_completes_run_ids(journal):
+    folder, env, ids = journal
+    _shell("zsh")
+    # compinit is not needed to call the helper: compadd and compdef are stood in for
+    script = (f"compdef() {{ : }}; compadd() {{ print -l -- ${{(P)2}} }}; source {ZSH}; typeset -A opt_args;"
+              " _toolloop_run_ids; opt_args=(--state-dir \"$1\"); cd /; _toolloop_run_ids")
+    done = subprocess.run(["zsh", "-f", "-c", script, "zsh", str(folder / ".toolloop")], cwd=folder,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ids + ids
+    text = ZSH.read_text(encoding="utf-8")
+    for fn in ("_toolloop_resume", "_toolloop_runs_show", "_toolloop_approve", "_toolloop_replay"):
+        body = text.split(f"\n{fn}() {{\n", 1)[1].split("\n}\n", 1)[0]
+        assert "run_id:_toolloop_run_ids'" in body, fn
+
+
+def test_fish_completes_run_ids(journal):
+    folder, env, ids = journal
+    _shell("fish")
+
+    def complete(line: str, cwd: Path) -> list[str]:
+        done = subprocess.run(["fish", "--no-config", "-c", f"source {FISH}; complete -C {json.dumps(line)}"],
+                              capture_output=True, text=True, cwd=cwd, env=env)
+        assert done.returncode == 0, done.stderr
+        return [row.split("\t")[0] for row in done.stdout.splitlines()]
+
+    # (fish sorts what it offers)
+    assert complete("toolloop resume ", folder) == sorted(ids)
+    assert complete(f"toolloop runs show --state-dir {folder / '.toolloop'} ", ROOT) == sorted(ids)
+
+
+def test_every_option_and_argument_that_takes_a_value_names_it():
+    missing = []
+    for path, command in TREE:
+        ctx = command.make_context("x", [], resilient_parsing=True)
+        for p in command.get_params(ctx):
+            if getattr(p, "hidden", False) or getattr(p, "is_flag", False) or p.name == "help":
+                continue
+            if not p.metavar:
+                missing.append(f"{' '.join(('toolloop', *path))} {p.opts[0]}")
+    assert missing == []
+    run = typer.main.get_command(app).commands["run"]
+    shown = run.get_help(run.make_context("run", [], resilient_parsing=True))
+    for part in ("--registry FILE", "-j, --max-concurrency N", "--lanes FILE|-", "--halt POLICY", "--label KEY=VALUE",
+                 "--timeout SECONDS", "-f, --format auto|table|jsonl|json"):
+        assert part in shown, part

@@ -75,3 +75,17 @@ def test_a_failing_evidence_hook_is_reported_and_never_breaks_the_run(tmp_path):
     assert [e["seq"] for e in failed] == [0, 1]
     assert failed[0]["error"] == {"kind": "RuntimeError",
                                   "message": "evidence store down for {'password': '[REDACTED]'}"}
+
+
+def test_the_audit_table_of_the_docs_lists_every_event_the_engine_emits():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    emitted = set()
+    for source in (root / "toolloop_cli").rglob("*.py"):
+        emitted |= set(re.findall(r"emit_audit\(\s*\"(\w+)\"", source.read_text(encoding="utf-8")))
+    assert {"admitted", "started", "retried", "finished", "evidence_failed", "provider_failed"} <= emitted
+    doc = (root / "docs" / "calls.md").read_text(encoding="utf-8").split("## Audit events", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)` \|", doc, flags=re.M))
+    assert listed == emitted

@@ -88,3 +88,29 @@ def test_handoff_overrides_the_payload_for_the_calls_after_it(tmp_path):
     got, _, _ = run_plan(plan, mock=False)
     assert got[1]["args"] == {"extra": "from-producer"}
     assert got[2]["args"] == {"extra": "untouched"}  # lanes never share a payload
+
+
+def test_the_example_registries_and_plans_validate(cli):
+    from conftest import ROOT
+
+    r = cli("validate", str(ROOT / "registries"), str(ROOT / "plans"))
+    assert r.returncode == 0, r.stdout.decode() + r.stderr.decode()
+    assert " error " not in r.stdout.decode()
+
+
+def test_the_handoff_example_passes_one_calls_result_to_the_next(cli):
+    from conftest import ROOT, jsonl
+
+    plan = str(ROOT / "plans" / "handoff.yml")
+    records = jsonl(cli("run", plan, "--format", "jsonl").stdout)
+    draft = [r for r in records if r.get("call_key") == "draft"]
+    assert [r["args"] for r in draft] == [{"order": "A-17", "customer": "ACME Corp", "total": 250},
+                                          {"order": "B-42", "customer": "Globex", "total": 80}]
+    assert records[-1]["status"] == "ok"
+    # an order that is not found stops its lane: the draft is skipped, as docs/calls.md shows
+    lane = b'{"item_key": "Z-99", "payload": {"order": "Z-99"}, "calls": [{"call_key": "find", "tool": "find_order"},' \
+           b' {"call_key": "draft", "tool": "draft_refund"}]}\n'
+    r = cli("run", plan, "--lanes", "-", "--format", "jsonl", input=lane)
+    z = [rec for rec in jsonl(r.stdout) if rec.get("item_key") == "Z-99"]
+    assert [(rec["call_key"], rec["status"]) for rec in z] == [("find", "ok"), ("draft", "skipped")]
+    assert z[0]["envelope"]["decision"] == "stop" and r.returncode == 1

@@ -94,7 +94,8 @@ def test_arguments_that_nest_too_deeply_or_hold_nan_are_named():
 
 
 def test_the_journal_and_the_record_writers_keep_wide_integers():
-    from toolloop_cli.render.records import JsonArrayWriter, JsonlWriter, _cell
+    from toolloop_cli.render.records import JsonArrayWriter, JsonlWriter
+    from toolloop_cli.render.views import cell as _cell
     from toolloop_cli.store import _dumps, _loads
 
     record = {"type": "receipt", "args": {"n": WIDE}, "deep": nested(300)}

@@ -121,3 +121,59 @@ def test_an_mcp_tool_runs_through_execute_call_in_an_opened_run(tmp_path):
 
     receipt, value, _ = trio.run(main)
     assert receipt.status == "ok" and value["timezone"] == "UTC"
+
+
+def test_tools_exits_non_zero_when_a_server_cannot_be_reached(cli, tmp_path):
+    registry(tmp_path, extra="")
+    text = (tmp_path / "reg.yml").read_text()
+    (tmp_path / "reg.yml").write_text(text + "      gone:\n        mcp: {command: [no-such-mcp-server-here], allow: [x]}\n")
+    proc = cli("tools", "reg.yml", "--format", "jsonl")
+    assert proc.returncode == 1
+    err = proc.stderr.decode()
+    assert " error TL313 " in err and "could not be started" in err
+    assert err.splitlines()[-1] == ("toolloop: 1 MCP problem above: the tools of a server that could not be reached"
+                                    " are not listed")
+    assert "now" in {r["tool"] for r in jsonl(proc.stdout)}  # the servers that answered are listed
+
+
+def test_validate_says_which_mcp_tools_it_did_not_check_against_their_servers(cli, tmp_path):
+    registry(tmp_path)
+    proc = cli("validate", "reg.yml")
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stderr.decode().splitlines() == [
+        "reg.yml: 3 MCP tools (w/clock.get_current_time, w/clock.convert_time, w/now) not checked against their"
+        " servers: validate a plan that uses them, or run toolloop tools reg.yml, to reach the servers",
+        "checked 1 registry: 2 warnings"]  # (the registry's own warnings)
+    # a plan of that subagent reaches them
+    p = plan(tmp_path, [{"tool": "now", "args": {"timezone": "UTC"}}])
+    proc = cli("validate", "reg.yml", str(p))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stderr.decode() == "checked 1 registry and 1 plan: 2 warnings\n"
+
+
+def test_a_routed_plan_calls_an_mcp_tool(cli, tmp_path):
+    registry(tmp_path)
+    answers = [{"action": "call", "tool": "now", "args": {"timezone": "UTC"}, "reason": "the time is needed"},
+               {"action": "final", "reason": "known"}, {"answer": "done"}]
+    write(tmp_path / "answers.jsonl", "".join(json.dumps({
+        "type": "model_answer", "run_id": "recorded", "n": n, "role": "final" if n == 3 else "router", "model": "m",
+        "request_sha256": None, "text": json.dumps(a), "input_tokens": 1, "output_tokens": 1}) + "\n"
+        for n, a in enumerate(answers, start=1)))
+    profile = "{provider: replay, fixture: answers.jsonl}"
+    p = write(tmp_path / "routed.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: w
+        mode: routed
+        goal: Say what time it is.
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 4, max_tokens: 1000, max_tool_calls: 2, timeout_s: 60}}
+        final_schema: {{type: object, required: [answer]}}
+    """)
+    proc = cli("run", str(p), "--format", "jsonl")
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    records = jsonl(proc.stdout)
+    (receipt,) = [r for r in records if r["type"] == "receipt"]
+    assert receipt["tool"] == "now" and receipt["status"] == "ok" and receipt["result"]["timezone"] == "UTC"
+    assert records[-1]["outcome"] == "final" and records[-1]["final"] == {"answer": "done"}

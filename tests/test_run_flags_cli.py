@@ -112,3 +112,25 @@ def test_progress_shows_on_a_terminal_while_records_go_to_a_pipe(tmp_path):
     assert code == 0
     assert "3/3" not in screen and "failed" not in screen
     assert [r["type"] for r in jsonl(out)] == ["receipt"] * 3 + ["summary"]
+
+
+def test_a_routed_run_shows_turns_calls_and_tokens_against_its_budget(tmp_path):
+    from conftest import ROOT
+
+    code, out, screen = run_with_stderr_on_a_terminal(tmp_path, "run", str(ROOT / "plans" / "routed-example.yml"))
+    assert code == 0, screen
+    assert jsonl(out)[-1]["outcome"] == "final"  # records untouched
+    # the example's budget: 6 turns, 4 tool calls, 20,000 tokens, 60 s; the router asked 3 times
+    assert "turn 3/6 · tool calls 2/4 · router tokens 2,666/20,000" in screen, screen
+    assert "of 0:01:00" in screen
+    assert "/0 " not in screen and "0 failed" not in screen  # no batch counter without a total
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_no_lane_at_a_time_is_a_usage_error(cli, tmp_path, command):
+    p = plan(tmp_path, {"mode": "parallel", "max_concurrency": 2, "lanes": [
+        {"item_key": "a", "calls": [{"tool": "echo", "args": {}}]}]})
+    r = cli(command, str(p), "-j", "0")
+    assert r.returncode == 2
+    assert r.stderr.decode().startswith("toolloop: error: -j/--max-concurrency 0: at least one lane must run at a time")
+    assert not (tmp_path / ".toolloop").exists()  # nothing ran

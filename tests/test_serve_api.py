@@ -54,13 +54,19 @@ def run_paused(work: Path, name: str, **kw) -> str:
 
 def test_every_request_needs_a_token_and_the_page_takes_it_once_as_a_cookie(server):
     with server.client(token=None) as anonymous:
-        for path in ("/api/runs", "/api/approvals", "/", "/inbox", "/static/app.js", "/api/runs/x/records"):
+        for path in ("/api/runs", "/api/approvals", "/", "/inbox", "/api/runs/x/records"):
             res = anonymous.get(path)
             assert res.status_code == 401, path
             assert res.headers["www-authenticate"].startswith("Bearer")
         assert anonymous.get("/api/runs").json()["how"].startswith("Open this page with its token once: /?token=TOKEN")
         page = anonymous.get("/")
         assert page.headers["content-type"].startswith("text/html") and "/?token=TOKEN" in page.text
+        # the 401 page is styled (the stylesheet and script hold no data and need no token) and offers
+        # a field for the token
+        assert 'href="/static/style.css"' in page.text and '<input id="token" name="token" type="password"' in page.text
+        style = anonymous.get("/static/style.css")
+        assert style.status_code == 200 and style.headers["content-type"].startswith("text/css")
+        assert anonymous.get("/static/app.js").status_code == 200
         assert anonymous.post("/api/runs/x/abort", json={}).status_code == 401
         assert anonymous.get("/?token=wrong").status_code == 401
         assert anonymous.get("/", headers={"Cookie": f"toolloop_session={TOKEN}"}).status_code == 401
@@ -169,8 +175,8 @@ def test_a_race_between_the_api_and_toolloop_approve_runs_the_call_once(server, 
             assert api.post(f"/api/runs/{rid}/resume").status_code == 202
             records = [rec for _kind, rec in events(api, rid)]
             assert records[-1]["status"] == "ok"
-            assert api.post(f"/api/runs/{rid}/resume").status_code == 202  # a finished run: nothing runs again
-            events(api, rid)
+            again = api.post(f"/api/runs/{rid}/resume")  # a finished run: nothing left to run
+            assert again.status_code == 409 and "nothing left to run" in again.json()["error"]
             assert target.read_text() == "ran\n"  # exactly once
             receipt = records[0]
             assert receipt["approval"]["by"] == (getpass.getuser() if answers["web"] == 200 else "terminal")
@@ -366,3 +372,52 @@ def test_the_page_shows_hostile_values_escaped(server, work):
     assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "\u202e" not in html and "\x1b" not in html and "\\u202etxt.exe\\u001b[2J" in html
     assert "<b>" not in html and "k&lt;b&gt;" in html
+
+
+def test_any_page_takes_the_token_once_and_opens_without_it(server, work):
+    rid = run_paused(work, "opened", calls=[{"tool": "pay", "call_key": "p", "args": {"amount": 300, "to": "x"}}])
+    for page in ("/inbox", f"/runs/{rid}", "/"):
+        with server.client(token=None) as browser:
+            opened = browser.get(page, params={"token": TOKEN})
+            assert opened.status_code == 303 and opened.headers["location"] == page, page
+            assert browser.get(page).status_code == 200
+    with server.client(token=None) as browser:
+        assert browser.get("/inbox", params={"token": "wrong"}).status_code == 401
+        # a path that would leave the site is kept on it
+        sent = browser.get(f"{server.url}//evil.example/x", params={"token": TOKEN})
+        assert sent.headers["location"] == "/evil.example/x"
+
+
+def test_a_run_with_nothing_left_to_run_offers_no_resume_and_the_api_answers_409(server, work):
+    def run(name: str, calls: list) -> str:
+        proc = toolloop(work, "run", str(plan(work, name, calls=calls)), "--format", "jsonl")
+        out, _err = proc.communicate(timeout=120)
+        return json.loads(out.decode().splitlines()[-1])["run_id"]
+
+    done = run("done", [{"tool": "echo", "args": {"n": 1}}])
+    # a call that raises (no such arguments), then one skipped after it
+    failed = run("failed", [{"tool": "gate", "args": {"nope": 1}}, {"tool": "echo", "args": {}}])
+    with server.client() as api:
+        for rid, why in ((done, f"run {done} finished ok; there is nothing left to run"),
+                         (failed, f"run {failed} failed and every call left to run has run; the failed calls run"
+                                  f" again only with toolloop resume {failed} --retry-failed")):
+            refused = api.post(f"/api/runs/{rid}/resume")
+            assert refused.status_code == 409 and refused.json()["error"] == why
+            page = api.get(f"/runs/{rid}").text
+            assert 'data-kind="resume"' not in page and why in page
+        # a paused run is offered one
+        paused = run_paused(work, "offered", calls=[{"tool": "pay", "call_key": "p", "args": {"amount": 300, "to": "x"}}])
+        assert 'data-kind="resume"' in api.get(f"/runs/{paused}").text
+
+
+def test_the_run_page_shows_a_routed_runs_route_and_answer(server, work):
+    from conftest import ROOT
+
+    proc = toolloop(work, "run", str(ROOT / "plans" / "routed-example.yml"), "--format", "jsonl")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err.decode()
+    rid = json.loads(out.decode().splitlines()[-1])["run_id"]
+    with server.client() as api:
+        page = api.get(f"/runs/{rid}").text
+    assert 'route <strong>publish</strong>' in page and "<dt>Route</dt><dd>publish</dd>" in page
+    assert "HELLO FROM TOOLLOOP" in page.split("<dt>Answer</dt>", 1)[1]

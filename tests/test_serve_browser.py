@@ -2,32 +2,40 @@
 width (375x812), driven by Playwright. A paused call is approved from the inbox after an invalid
 edit is refused on the page, the run is resumed, and its receipt turns ok on the run's page.
 
-With ``TOOLLOOP_SCREENSHOTS=1`` the test saves the inbox and the run page as
-``docs/img/inbox.png`` and ``docs/img/run.png``."""
+The screenshots in docs/img are taken by scripts/screenshots.py, which launches Chromium the same
+way; a test here runs it into a temporary folder."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
+import subprocess
+import sys
 
 import pytest
 
 from conftest import ROOT, write
 from servekit import TOKEN, Served, registry, toolloop
 
-CHROMIUM = "/usr/bin/chromium"
-LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--no-first-run"]
+
+def _screenshots_script():
+    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "scripts" / "screenshots.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+shots = _screenshots_script()
 
 
 @pytest.fixture
 def browser():
     # a missing browser fails the test: it is installed by .ci/run (apt-get install chromium)
-    assert os.path.exists(CHROMIUM), f"{CHROMIUM} is missing: apt-get install -y chromium"
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        chromium = shots.launch(pw)
         try:
             yield chromium
         finally:
@@ -46,7 +54,6 @@ def test_a_paused_call_is_approved_from_a_phone_sized_page_and_the_run_finishes(
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 4, err.decode()
     rid = json.loads(out.decode().splitlines()[-1])["run_id"]
-    shots = os.environ.get("TOOLLOOP_SCREENSHOTS", "") not in ("", "0")
     server = Served(tmp_path)
     try:
         page = browser.new_page(viewport={"width": 375, "height": 812})
@@ -60,8 +67,6 @@ def test_a_paused_call_is_approved_from_a_phone_sized_page_and_the_run_finishes(
         args = card.get_by_label("Arguments")
         assert json.loads(args.input_value()) == {"amount": 250, "to": "ACME Corp"}  # the exact arguments
         assert page.evaluate("document.documentElement.scrollWidth") <= 375  # nothing wider than the phone
-        if shots:
-            page.screenshot(path=str(ROOT / "docs" / "img" / "inbox.png"), full_page=True)
 
         # an edit that fails the input schema is refused, and the page says why
         args.fill('{"amount": "two hundred", "to": "ACME Corp"}')
@@ -85,12 +90,20 @@ def test_a_paused_call_is_approved_from_a_phone_sized_page_and_the_run_finishes(
         expect(receipt).to_have_attribute("data-status", "ok")
         expect(page.locator("#run .status-line")).to_contain_text("ok")
         assert page.evaluate("document.documentElement.scrollWidth") <= 375
-        if shots:
-            receipt.get_by_text("Arguments and result").click()
-            page.screenshot(path=str(ROOT / "docs" / "img" / "run.png"), full_page=True)
     finally:
         server.stop()
     records = toolloop(tmp_path, "runs", "show", rid, "--format", "jsonl").communicate(timeout=120)[0]
     refund = [json.loads(line) for line in records.decode().splitlines() if '"refund"' in line][0]
     assert refund["status"] == "ok" and refund["args"] == {"amount": 200, "to": "ACME Corp"}
     assert refund["approval"]["decision"] == "edited"
+
+
+def test_the_screenshot_script_makes_both_pictures_from_a_clean_example(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "screenshots.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    for name in ("inbox.png", "run.png"):
+        data = (tmp_path / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width = int.from_bytes(data[16:20], "big")
+        assert width == 375, (name, width)  # a phone's width

@@ -93,3 +93,34 @@ def test_a_token_is_made_up_and_printed_when_none_is_given_and_it_listens_on_loo
     assert server.log[-1] == "toolloop serve: stopped"
     with socket.socket() as probe:  # and the port is free again
         probe.bind(("127.0.0.1", port))
+
+
+def test_a_token_from_the_environment_is_never_printed(tmp_path):
+    server = Served(tmp_path)  # TOOLLOOP_SERVE_TOKEN is set
+    try:
+        assert server.token == TOKEN
+        with server.client() as api:
+            assert api.get("/api/runs").status_code == 200
+    finally:
+        assert server.stop() == 0
+    assert not any(TOKEN in line for line in server.log), server.log
+    assert any(line.startswith(f"toolloop serve: open {server.url}/?token=TOKEN, with TOKEN the value of"
+                               " TOOLLOOP_SERVE_TOKEN") for line in server.log), server.log
+
+
+class _Bound:
+    def __init__(self, host: str, port: int):
+        self.name = (host, port)
+
+    def getsockname(self):
+        return self.name
+
+
+def test_an_address_for_every_interface_is_shown_as_one_a_browser_can_open():
+    from toolloop_cli.serve.server import every_address, openable_url
+
+    assert openable_url(_Bound("0.0.0.0", 8765)) == "http://127.0.0.1:8765"
+    assert openable_url(_Bound("::", 8765)) == "http://[::1]:8765"
+    assert openable_url(_Bound("127.0.0.1", 9000)) == "http://127.0.0.1:9000"
+    assert openable_url(_Bound("192.0.2.7", 9000)) == "http://192.0.2.7:9000"
+    assert every_address(_Bound("0.0.0.0", 1)) and not every_address(_Bound("127.0.0.1", 1))

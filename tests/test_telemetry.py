@@ -256,3 +256,20 @@ def test_a_collector_that_is_down_does_not_fail_the_run(cli, tmp_path):
     assert proc.returncode == 0, proc.stderr.decode()
     assert jsonl(proc.stdout)[-1]["status"] == "ok" and b"Traceback" not in proc.stderr
     assert proc.stderr.decode().count("telemetry: spans may not reach the collector") == 1
+
+
+def test_model_request_spans_name_the_provider_and_a_failed_request_has_one(cli, tmp_path, model_server, collector):
+    from modelserver import Reply
+
+    plan = routed(tmp_path, model_server)
+    model_server.script(call("echo", {"n": 1}), Reply("the model is not loaded", status=400))
+    proc = cli("run", str(plan), "--format", "jsonl", "--approve", "none", env={"TL_TEST_KEY": KEY, **otel_env(collector)})
+    assert proc.returncode == 1, proc.stderr.decode()
+    assert jsonl(proc.stdout)[-1]["outcome"] == "provider_error"
+    answered, failed = sorted(collector.named("chat"), key=lambda s: s.attributes["toolloop.model_answer"])
+    assert answered.attributes["gen_ai.provider.name"] == failed.attributes["gen_ai.provider.name"] == "openai"
+    assert answered.status_code != ERROR and "error.type" not in answered.attributes
+    assert failed.status_code == ERROR and failed.attributes["error.type"] == "provider_error"
+    assert "HTTP 400" in failed.status_message
+    assert "gen_ai.usage.input_tokens" not in failed.attributes and failed.attributes["toolloop.role"] == "router"
+    assert_no_canary(collector, KEY)

@@ -113,7 +113,10 @@ def test_a_plan_is_checked_against_the_registry_it_names(cli, tmp_path):
     r = cli("validate", "good.yml", "plan.yml")
     assert r.returncode == 1
     assert [(line.split(":")[0], c) for line, c in zip(lines(r.stdout), codes(r.stdout))] == [("bad.yml", "TL307")]
-    assert r.stderr.decode() == "checked 2 registries and 1 plan: 1 error\n"
+    # ... as far as it can be: the calls to the broken tool are not, and the output says so
+    assert r.stderr.decode() == ("plan.yml: checked in part only: its registry bad.yml has errors in tool 'echo';"
+                                 " calls to it were not checked\n"
+                                 "checked 2 registries and 1 plan in part only: 1 error\n")
     # --registry stands for run --registry
     r = cli("validate", "plan.yml", "--registry", "good.yml")
     assert r.returncode == 0, r.stdout
@@ -350,3 +353,74 @@ def test_a_lock_of_the_first_layout_is_still_read(cli, tmp_path):
     assert lines(r.stdout) == ["reg.yml:4:3: error TL370 subagents.w: runner_defaults of subagent 'w' are not in"
                                " toolloop.lock (written by an older toolloop) (review the change, then run"
                                " 'toolloop lock reg.yml')"]
+
+
+def test_a_plan_whose_registry_has_errors_is_still_checked_as_far_as_it_can_be(cli, tmp_path):
+    broken = REG + """
+      gone:
+        callable: testapp.tools:no_such_function
+        description: Its callable does not exist.
+        input_schema: {type: object}
+        output_schema: {}
+"""
+    put(tmp_path, "reg.yml", broken)
+    put(tmp_path, "plan.yml", """
+        version: 1
+        registry: reg.yml
+        subagent: w
+        mode: sequential
+        calls:
+          - {tool: echo, args: {text: 3}}
+          - {tool: gone, args: {}}
+          - {tool: ecoh, args: {}}
+    """)
+    r = cli("validate", "plan.yml")
+    assert r.returncode == 1
+    # the registry's error, and the plan's own: bad arguments for a tool that compiled, a misspelled
+    # tool; the call to the broken tool is not reported again as unknown
+    assert [(line.split(":")[0], c) for line, c in zip(lines(r.stdout), codes(r.stdout))] == [
+        ("plan.yml", "TL404"), ("plan.yml", "TL402"), ("reg.yml", "TL307")]
+    assert "unknown tool 'ecoh'" in r.stdout.decode() and "'gone'" not in r.stdout.decode().split("reg.yml")[0]
+    assert r.stderr.decode() == ("plan.yml: checked in part only: its registry reg.yml has errors in tool 'gone';"
+                                 " calls to it were not checked\n"
+                                 "checked 1 registry and 1 plan in part only: 3 errors\n")
+    # the same in the other formats: a GitHub notice, a SARIF notification, standard error for JSON
+    r = cli("validate", "plan.yml", "--format", "github")
+    assert "::notice::plan.yml: checked in part only: its registry reg.yml has errors in tool 'gone'" in r.stdout.decode()
+    sarif = json.loads(cli("validate", "plan.yml", "--format", "sarif").stdout)
+    (note,) = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert note["level"] == "warning" and note["message"]["text"].startswith("plan.yml: checked in part only")
+    r = cli("validate", "plan.yml", "--format", "json")
+    assert len(json.loads(r.stdout)) == 3 and "checked in part only" in r.stderr.decode()
+
+
+def test_a_plan_with_a_bad_registry_and_a_bad_mode_shows_both(cli, tmp_path):
+    put(tmp_path, "plan.yml", """
+        version: 1
+        registry: nowhere.yml
+        subagent: w
+        mode: sequentail
+        calls: []
+    """)
+    r = cli("validate", "plan.yml")
+    assert r.returncode == 1
+    assert codes(r.stdout) == ["TL412", "TL203"]
+    assert r.stderr.decode() == ("plan.yml: checked in part only: its own errors stop its calls being checked against"
+                                 " its registry\n"
+                                 "checked 1 plan in part only: 2 errors\n")
+    # a registry that exists is checked all the same
+    put(tmp_path, "reg.yml", REG.replace("tool_timeout_s: 5", "tool_timeout_s: -1"))
+    (tmp_path / "plan.yml").write_text((tmp_path / "plan.yml").read_text().replace("nowhere.yml", "reg.yml"))
+    r = cli("validate", "plan.yml")
+    assert [(line.split(":")[0], c) for line, c in zip(lines(r.stdout), codes(r.stdout))][0][0] == "plan.yml"
+    assert {line.split(":")[0] for line in lines(r.stdout)} == {"plan.yml", "reg.yml"}
+    assert r.stderr.decode().endswith("checked 1 registry and 1 plan in part only: 2 errors\n")
+
+
+def test_a_plan_checked_fully_gets_no_note(cli, tmp_path):
+    put(tmp_path, "reg.yml", REG)
+    put(tmp_path, "plan.yml", SEQ.format(registry="reg.yml"))
+    put(tmp_path, "other.yml", SEQ.format(registry="missing.yml"))
+    r = cli("validate", "plan.yml", "other.yml")
+    assert r.stderr.decode() == ("other.yml: checked in part only: its registry cannot be found\n"
+                                 "checked 1 registry and 2 plans (1 of them in part only): 1 error\n")

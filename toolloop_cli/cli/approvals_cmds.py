@@ -31,16 +31,16 @@ def _key(item: Optional[str], call_key: str) -> str:
 
 
 def approve(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
-    call_key: Optional[str] = typer.Argument(None, help="The call_key of the call waiting for approval."),
-    item: Optional[str] = typer.Option(None, "--item", help="The lane's item_key (parallel plans)."),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
+    call_key: Optional[str] = typer.Argument(None, metavar="CALL_KEY", help="The call_key of the call waiting for approval."),
+    item: Optional[str] = typer.Option(None, "--item", metavar="ITEM_KEY", help="The lane's item_key (parallel plans)."),
     all_pending: bool = typer.Option(False, "--all-pending", help="Answer every call of the run that waits now."),
     yes: bool = typer.Option(False, "--approve", help="Approve the call."),
     no: bool = typer.Option(False, "--reject", help="Reject the call: it gets a denied receipt."),
-    args: Optional[str] = typer.Option(None, "--args", help="Approve these arguments instead (a JSON object; checked against the tool's input schema)."),
-    message: Optional[str] = typer.Option(None, "--message", help="Why; a rejection's message goes into the denied receipt."),
-    approver: Optional[str] = typer.Option(None, "--approver", help="Who answers, recorded with the answer (default: the login name)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    args: Optional[str] = typer.Option(None, "--args", metavar="JSON", help="Approve these arguments instead (a JSON object; checked against the tool's input schema)."),
+    message: Optional[str] = typer.Option(None, "--message", metavar="TEXT", help="Why; a rejection's message goes into the denied receipt."),
+    approver: Optional[str] = typer.Option(None, "--approver", metavar="NAME", help="Who answers, recorded with the answer (default: the login name)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Answer a call that waits for approval (or all of a run's), once; then run 'toolloop resume RUN_ID'."""
     if yes == no:
@@ -70,6 +70,9 @@ def approve(
             return
         assert call_key is not None
         pending = store.approval(rid, item, call_key)
+        if item is None and (pending is None or pending["state"] != "pending"):
+            item = _only_lane(store, rid, call_key)  # in a parallel run, the one lane where it waits
+            pending = store.approval(rid, item, call_key) if item is not None else None
         if pending is None or pending["state"] != "pending":
             waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
             fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
@@ -93,7 +96,25 @@ def approve(
         from ..answers import withheld_note
 
         sys.stderr.write(f"toolloop: note: {withheld_note(typed, rid)}\n")
-    sys.stderr.write(f"{state} {call_key}; continue with: toolloop resume {rid}\n")
+    from .._text import escape
+
+    where = f" in lane {escape(item)}" if item else ""
+    sys.stderr.write(f"{state} {escape(call_key)}{where}; continue with: toolloop resume {rid}\n")
+
+
+def _only_lane(store, run_id: str, call_key: str) -> Optional[str]:  # noqa: ANN001
+    """The lane where a call named without ``--item`` waits, when it waits in exactly one; when it
+    waits in several, a usage error (exit 2) naming them and how to pick."""
+    lanes = [p["item_key"] for p in store.pending_approvals(run_id) if p["call_key"] == call_key and p["item_key"]]
+    if len(lanes) <= 1:
+        return lanes[0] if lanes else None
+    from .._text import listing, quoted
+
+    import shlex
+
+    fail(f"call {quoted(call_key)} waits in {len(lanes)} lanes of run {run_id}: {listing(lanes, 5)}", 2,
+         f"pick one with --item ITEM_KEY (e.g. toolloop approve {run_id} {shlex.quote(call_key)} --item"
+         f" {shlex.quote(lanes[0])} --approve), or answer every waiting call of the run with --all-pending")
 
 
 def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: str) -> tuple:  # noqa: ANN001
@@ -123,9 +144,9 @@ def _checked_args(store, run_id: str, item: Optional[str], call_key: str, text: 
 
 @approvals_app.command("list")
 def list_approvals(
-    run_id: Optional[str] = typer.Argument(None, help="Only this run's requests (a unique prefix is enough)."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    run_id: Optional[str] = typer.Argument(None, metavar="RUN_ID", help="Only this run's requests (a unique prefix is enough)."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Calls waiting for approval: run, keys, tool, effect and exact (redacted) arguments."""
     from ..pending import pending_records

@@ -124,7 +124,7 @@ FILES = {
 }
 
 
-def init(folder: Path = typer.Argument(Path("."), help="Where to write the App (created when missing).")) -> None:
+def init(folder: Path = typer.Argument(Path("."), metavar="DIR", help="Where to write the App (created when missing).")) -> None:
     """Write a small working App package, its registry and a sequential and a parallel plan.
 
     Existing files are never overwritten: if any of them exists, nothing is written."""

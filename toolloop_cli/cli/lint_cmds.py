@@ -21,14 +21,14 @@ def _require_file(path: Path, what: str) -> None:
 
 def validate(
     paths: List[Path] = typer.Argument(..., metavar="PATH", help="Registries, plans, or folders holding them (*.yml, *.yaml)."),
-    registry: Optional[Path] = typer.Option(None, "--registry", help="Check every plan against this registry instead of the one it names."),
-    app_root: Optional[Path] = typer.Option(None, "--app-root", help="Folder put first on sys.path for callables (as run --app-root)."),
-    format: LintFormat = typer.Option(LintFormat.text, "--format", "-f", help="Output format for findings."),
+    registry: Optional[Path] = typer.Option(None, "--registry", metavar="FILE", help="Check every plan against this registry instead of the one it names."),
+    app_root: Optional[Path] = typer.Option(None, "--app-root", metavar="DIR", help="Folder put first on sys.path for callables (as run --app-root)."),
+    format: LintFormat = typer.Option(LintFormat.text, "--format", "-f", metavar="text|json|github|sarif", help="Output format for findings."),
     locked: bool = typer.Option(False, "--locked", help=f"Fail when a registry differs from its {LOCK_NAME}."),
     strict: bool = typer.Option(False, "--strict", help="Treat warnings as errors."),
-    ignore: Optional[str] = typer.Option(None, "--ignore", help="Finding codes to leave out, e.g. TL305,TL340."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="The --timeout the plans will run with (a default for tools that set none)."),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", help="The --max-concurrency the parallel plans will run with."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", metavar="CODES", help="Finding codes to leave out, e.g. TL305,TL340."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="The --timeout the plans will run with (a default for tools that set none)."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", metavar="N", help="The --max-concurrency the parallel plans will run with."),
 ) -> None:
     """Check registries and plans as run would, without running anything; exit 1 on any error.
 
@@ -46,9 +46,21 @@ def validate(
         from dataclasses import replace
 
         problems = [replace(p, level="error") for p in problems]
-    sys.stdout.write(render(problems, format.value, version()))
+    notes = [f"{shown}: checked in part only: {why}" for shown, why in report.partly]
+    for shown, tools in report.mcp_unchecked:  # validate reaches a server only for a plan or a lock
+        from .._text import listing
+
+        notes.append(f"{shown}: {len(tools)} MCP tool{'s' if len(tools) != 1 else ''} ({listing(tools, 5)}) not"
+                     f" checked against {'their servers' if len(tools) != 1 else 'its server'}: validate a plan"
+                     f" that uses {'them' if len(tools) != 1 else 'it'}, or run toolloop tools {shown},"
+                     " to reach the servers")
+    sys.stdout.write(render(problems, format.value, version(), notes=notes))
+    from .._text import escape
+
+    for note in notes:  # on standard error in every format, so a CI log shows them too
+        sys.stderr.write(escape(note) + "\n")
     if format is LintFormat.text:
-        sys.stderr.write(count_line(report.registries, report.plans, problems, dropped) + "\n")
+        sys.stderr.write(count_line(report.registries, report.plans, problems, dropped, len(report.partly)) + "\n")
     if any(p.level == "error" for p in problems):
         raise typer.Exit(1)
 
@@ -62,6 +74,8 @@ def _validate(paths: List[Path], registry: Optional[Path], app_root: Optional[Pa
 
     if timeout is not None and timeout <= 0:
         raise UsageError("--timeout must be above 0")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UsageError(f"-j/--max-concurrency {max_concurrency}: at least one lane must run at a time (use 1 or more)")
     if registry is not None and not registry.is_file():
         raise UsageError(f"--registry {registry}: {'a folder, not a file' if registry.is_dir() else 'not found'}")
     if app_root is not None and not app_root.is_dir():
@@ -78,13 +92,17 @@ def _validate(paths: List[Path], registry: Optional[Path], app_root: Optional[Pa
     return report, suppressor.dropped, strict or settings.strict
 
 
-def count_line(registries: int, plans: int, problems: list, dropped: int) -> str:
-    """``checked 1 registry and 2 plans: 1 error, 2 warnings (3 ignored)``."""
+def count_line(registries: int, plans: int, problems: list, dropped: int, partly: int = 0) -> str:
+    """``checked 1 registry and 2 plans: 1 error, 2 warnings (3 ignored)``; plans that could not be
+    checked fully are counted as such (``2 plans (1 of them in part only)``)."""
 
     def n(count: int, word: str) -> str:
         return f"{count} {word}{'' if count == 1 else 's'}"
 
-    checked = " and ".join(n(c, w) for c, w in ((registries, "registry"), (plans, "plan")) if c) or "nothing"
+    shown_plans = n(plans, "plan") + ("" if not partly else " in part only" if partly == plans
+                                      else f" ({partly} of them in part only)")
+    checked = " and ".join(n(c, w) if w != "plan" else shown_plans
+                           for c, w in ((registries, "registry"), (plans, "plan")) if c) or "nothing"
     checked = checked.replace("registrys", "registries")
     errors = sum(p.level == "error" for p in problems)
     warnings = len(problems) - errors
@@ -102,7 +120,7 @@ def usage_error(message: str, fmt: str) -> NoReturn:
     fail(message, 2)
 
 
-def lock(registry: Path = typer.Argument(..., help="Registry YAML file.")) -> None:
+def lock(registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry YAML file.")) -> None:
     """Write the registry's entry in toolloop.lock beside it: every tool's contract hash and each
     subagent's runner_defaults hash (other registries' entries in the same lock are kept)."""
     from ..contract.registry import display_path, load_registry
@@ -126,9 +144,9 @@ def lock(registry: Path = typer.Argument(..., help="Registry YAML file.")) -> No
 
 
 def tools(
-    registry: Path = typer.Argument(..., help="Registry YAML file."),
-    subagent: Optional[str] = typer.Option(None, "--subagent", "-s", help="Only this subagent's tools."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
+    registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry YAML file."),
+    subagent: Optional[str] = typer.Option(None, "--subagent", "-s", metavar="SUBAGENT", help="Only this subagent's tools."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
 ) -> None:
     """List the registry's tools: id, kind, effect, description."""
     from ..contract.registry import load_registry
@@ -147,6 +165,7 @@ def tools(
 
     out = sys.stdout.buffer
     writer = record_writer(resolve_format(format, sys.stdout), out)
+    unreached = 0  # errors from servers that could not be reached: the listing is partial (exit 1)
     for sid, sub in contract.subagents.items():
         if subagent is not None and sid != subagent:
             continue
@@ -154,6 +173,7 @@ def tools(
         server_problems = resolve_server_tools(sub)
         if server_problems:
             print_findings(server_problems)
+            unreached += sum(p.level == "error" for p in server_problems)
         if any(t.kind == "plan" for t in sub.tools.values()):  # a plan tool's effect comes from its child plan
             from ..plan.children import admit_children
 
@@ -168,6 +188,10 @@ def tools(
                 "mcp_name": t.ref if t.kind == "mcp" else None,
             })
     writer.close()
+    if unreached:
+        sys.stderr.write(f"toolloop: {unreached} MCP problem{'s' if unreached != 1 else ''} above: the tools of"
+                         " a server that could not be reached are not listed\n")
+        raise typer.Exit(1)
 
 
 class SchemaName(str, Enum):
@@ -176,7 +200,7 @@ class SchemaName(str, Enum):
     receipt = "receipt"
 
 
-def schema(name: SchemaName = typer.Argument(..., help="registry, plan or receipt.")) -> None:
+def schema(name: SchemaName = typer.Argument(..., metavar="registry|plan|receipt", help="registry, plan or receipt.")) -> None:
     """Print the JSON Schema of a file format or of the output records."""
     from ..record_schema import SCHEMAS
 

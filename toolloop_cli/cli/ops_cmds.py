@@ -39,8 +39,8 @@ def parse_labels(given: Optional[List[str]], flag: str = "--label") -> dict[str,
 
 
 def verify(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
 ) -> None:
     """Recompute the hash chain over a run's records; exit 1 naming the first record that does not match."""
     import orjson

@@ -33,9 +33,9 @@ def _size(n: int) -> str:
 
 
 def prune(
-    older_than: Optional[str] = typer.Option(None, "--older-than", help="Delete finished runs older than AGE (30d, 12h, 90m)."),
-    keep: Optional[int] = typer.Option(None, "--keep", help="Keep the N most recent finished runs."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
+    older_than: Optional[str] = typer.Option(None, "--older-than", metavar="AGE", help="Delete finished runs older than AGE (30d, 12h, 90m)."),
+    keep: Optional[int] = typer.Option(None, "--keep", metavar="N", help="Keep the N most recent finished runs."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
 ) -> None:
     """Delete finished runs and the cache entries only they used; report what was freed.
 

@@ -20,11 +20,11 @@ def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported la
 
 
 def replay(
-    run_id: str = typer.Argument(..., help="Run id of a routed run (a unique prefix is enough)."),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id of a routed run (a unique prefix is enough)."),
     offline: bool = typer.Option(False, "--offline", help="Take every tool result from the recording: run no tool and no model."),
     execute_writes: bool = typer.Option(False, "--execute-writes", help="Run write and destructive tools again too."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Re-run a routed run from its recorded model answers and report what differs (exit 1)."""
     from ..engine.replay import differences, prepare_replay, recorded_records
@@ -62,9 +62,9 @@ def replay(
 
 
 def export(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
-    format: DataFormat = typer.Option(DataFormat.jsonl, "--format", "-f", help="jsonl (default) or json."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
+    format: DataFormat = typer.Option(DataFormat.jsonl, "--format", "-f", metavar="auto|table|jsonl|json", help="jsonl (default) or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """A run's records and model answers as JSON Lines: a replay fixture as it is."""
     from ..engine.replay import recorded_records
@@ -110,18 +110,18 @@ def _control(run_id: str, kind: str, message: Optional[str], state_dir: Optional
 
 
 def steer(
-    run_id: str = typer.Argument(..., help="Run id of a routed run (a unique prefix is enough)."),
-    message: str = typer.Argument(..., help="What the model is told at its next turn."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id of a routed run (a unique prefix is enough)."),
+    message: str = typer.Argument(..., metavar="MESSAGE", help="What the model is told at its next turn."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Add a message to a routed run's next turn (read from the journal by the running loop)."""
     _control(run_id, "steer", message, state_dir)
 
 
 def abort(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
-    message: Optional[str] = typer.Option(None, "--message", help="Why; kept in the run's supervisor record."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
+    message: Optional[str] = typer.Option(None, "--message", metavar="TEXT", help="Why; kept in the run's supervisor record."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Stop a run: a routed loop ends aborted; a batch stops as --halt now would (resumable)."""
     _control(run_id, "abort", message, state_dir)

@@ -92,27 +92,27 @@ def quiet_broken_pipe() -> None:
 
 
 def run(
-    plan: Path = typer.Argument(..., help="Plan YAML file."),
-    registry: Optional[Path] = typer.Option(None, "--registry", help="Registry file (overrides the plan's)."),
-    app_root: Optional[Path] = typer.Option(None, "--app-root", help="Folder put first on sys.path for callables."),
-    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", help="Lanes run at once (parallel plans)."),
-    lanes: Optional[str] = typer.Option(None, "--lanes", help="JSON Lines file of extra lanes, or - for standard input."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    halt: Optional[str] = typer.Option(None, "--halt", help="now,fail=N or soon,fail=P%: stop the batch after failures."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Default timeout in seconds for tools that set none."),
-    approve: Approve = typer.Option(Approve.ask, "--approve", help="Approval gates: ask (the run pauses for 'toolloop approve'), all, or none."),
+    plan: Path = typer.Argument(..., metavar="PLAN", help="Plan YAML file."),
+    registry: Optional[Path] = typer.Option(None, "--registry", metavar="FILE", help="Registry file (overrides the plan's)."),
+    app_root: Optional[Path] = typer.Option(None, "--app-root", metavar="DIR", help="Folder put first on sys.path for callables."),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", metavar="N", help="Lanes run at once (parallel plans)."),
+    lanes: Optional[str] = typer.Option(None, "--lanes", metavar="FILE|-", help="JSON Lines file of extra lanes, or - for standard input."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    halt: Optional[str] = typer.Option(None, "--halt", metavar="POLICY", help="now,fail=N or soon,fail=P%: stop the batch after failures."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="Default timeout in seconds for tools that set none."),
+    approve: Approve = typer.Option(Approve.ask, "--approve", metavar="ask|all|none", help="Approval gates: ask (the run pauses for 'toolloop approve'), all, or none."),
     stream: bool = typer.Option(False, "--stream", help="With --lanes: admit each lane just before it starts; a rejected lane gets invalid_input receipts."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Admit the plan and show what would run; run nothing."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
     refresh_cache: bool = typer.Option(False, "--refresh-cache", help="Run cacheable tools and rewrite their entries."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
-    audit: Optional[Path] = typer.Option(None, "--audit", help="Write engine events as JSON Lines to this file."),
-    max_output_bytes: int = typer.Option(16 * 1024 * 1024, "--max-output-bytes", help="Largest result accepted from a call."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
+    audit: Optional[Path] = typer.Option(None, "--audit", metavar="FILE", help="Write engine events as JSON Lines to this file."),
+    max_output_bytes: int = typer.Option(16 * 1024 * 1024, "--max-output-bytes", metavar="BYTES", help="Largest result accepted from a call."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Live progress on standard error when it is a terminal."),
-    order: Order = typer.Option(Order.input, "--order", help="input: receipts in input order (the default); completion: each as soon as it is committed."),
-    executor: Placement = typer.Option(Placement.local, "--executor", help=EXECUTOR_HELP),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help=RAY_ADDRESS_HELP),
-    label: Optional[List[str]] = typer.Option(None, "--label", help="KEY=VALUE attached to the run (repeatable): in the summary, audit events and telemetry."),
+    order: Order = typer.Option(Order.input, "--order", metavar="input|completion", help="input: receipts in input order (the default); completion: each as soon as it is committed."),
+    executor: Placement = typer.Option(Placement.local, "--executor", metavar="local|ray", help=EXECUTOR_HELP),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", help=RAY_ADDRESS_HELP),
+    label: Optional[List[str]] = typer.Option(None, "--label", metavar="KEY=VALUE", help="KEY=VALUE attached to the run (repeatable): in the summary, audit events and telemetry."),
 ) -> None:
     """Run a plan; print one receipt per call, in input order, then a summary."""
     from ..engine.runstate import HaltPolicy
@@ -125,6 +125,9 @@ def run(
     require_file(plan, "plan")
     if timeout is not None and timeout <= 0:
         fail("--timeout must be above 0", 2)
+    if max_concurrency is not None and max_concurrency < 1:
+        fail(f"-j/--max-concurrency {max_concurrency}: at least one lane must run at a time", 2,
+             "use 1 or more (e.g. -j 4), or leave it out to use the plan's max_concurrency")
     policy = None
     if halt is not None:
         try:
@@ -238,12 +241,22 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
                          output_cap_bytes=max_output_bytes, audit=audit_sink, on_signal=notice,
                          on_warning=lambda text: notice(f"warning: {text}"), order=order, executor=executor,
                          ray_address=ray_address, labels=labels)
-    progress = None
+    progress: Any = None
+    emit = out.write
     if progress_wanted(out):
-        from ..render.live import LiveProgress
+        if admitted.routed is not None:  # no known total: turns, calls and tokens against the budget
+            from ..render.live import RoutedProgress
 
-        progress = LiveProgress(err_console(), admitted.total_calls, admitted.mode)
-        options.on_receipt = lambda r: progress.advance(r.status)
+            progress = RoutedProgress(err_console(), admitted.routed.budget)
+
+            def emit(record: dict) -> None:
+                progress.see(record)
+                out.write(record)
+        else:
+            from ..render.live import LiveProgress
+
+            progress = LiveProgress(err_console(), admitted.total_calls, admitted.mode)
+            options.on_receipt = lambda r: progress.advance(r.status)
     if approve == "ask" and sys.stdin.isatty() and sys.stderr.isatty():
         from .prompt import TerminalApprover
 
@@ -251,9 +264,9 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     try:
         if progress is not None:
             with progress:
-                result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id, replay=replay)
+                result = execute_plan(admitted, store, emit, options, resume=resume, run_id=run_id, replay=replay)
         else:
-            result = execute_plan(admitted, store, out.write, options, resume=resume, run_id=run_id, replay=replay)
+            result = execute_plan(admitted, store, emit, options, resume=resume, run_id=run_id, replay=replay)
         out.close()
     except BrokenPipeError:
         quiet_broken_pipe()
@@ -291,15 +304,15 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
 
 
 def call(
-    registry: Path = typer.Argument(..., help="Registry YAML file."),
-    subagent: str = typer.Argument(..., help="Subagent id."),
-    tool: str = typer.Argument(..., help="Tool id."),
-    args: str = typer.Option("{}", "--args", help="Arguments as a JSON object."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Timeout in seconds if the tool sets none."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help="Folder of state.db."),
+    registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry YAML file."),
+    subagent: str = typer.Argument(..., metavar="SUBAGENT", help="Subagent id."),
+    tool: str = typer.Argument(..., metavar="TOOL", help="Tool id."),
+    args: str = typer.Option("{}", "--args", metavar="JSON", help="Arguments as a JSON object."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="Timeout in seconds if the tool sets none."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
-    approve: Approve = typer.Option(Approve.ask, "--approve", help="Approval gates: ask (a prompt on a terminal, else the call pauses for 'toolloop approve'), all, or none."),
+    approve: Approve = typer.Option(Approve.ask, "--approve", metavar="ask|all|none", help="Approval gates: ask (a prompt on a terminal, else the call pauses for 'toolloop approve'), all, or none."),
 ) -> None:
     """Run one ad-hoc call through every gate and print its receipt."""
     from .._json import JSONDecodeError, loads

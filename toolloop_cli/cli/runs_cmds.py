@@ -23,19 +23,19 @@ def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported la
 
 
 def resume(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run error, timeout and invalid_output calls and those skipped after them."),
     retry_interrupted: bool = typer.Option(False, "--retry-interrupted", help="Re-run writes that were in flight when the run died."),
-    lanes: Optional[str] = typer.Option(None, "--lanes", help="The run's --lanes FILE again, to rebuild redacted arguments."),
-    halt: Optional[str] = typer.Option(None, "--halt", help="now,fail=N or soon,fail=P%: replaces the run's halt policy."),
-    order: Optional[str] = typer.Option(None, "--order", help="input or completion: the order receipts are printed in."),
+    lanes: Optional[str] = typer.Option(None, "--lanes", metavar="FILE", help="The run's --lanes FILE again, to rebuild redacted arguments."),
+    halt: Optional[str] = typer.Option(None, "--halt", metavar="POLICY", help="now,fail=N or soon,fail=P%: replaces the run's halt policy."),
+    order: Optional[str] = typer.Option(None, "--order", metavar="input|completion", help="input or completion: the order receipts are printed in."),
     accept_contract_change: bool = typer.Option(False, "--accept-contract-change", help="Go on under a registry that changed since the run started (recorded; the summary says contract_changed)."),
-    approve: Optional[str] = typer.Option(None, "--approve", help="Approval gates: ask, all or none (default: what the run had)."),
-    audit: Optional[Path] = typer.Option(None, "--audit", help="Write engine events as JSON Lines to this file."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
-    executor: Optional[Placement] = typer.Option(None, "--executor", help=EXECUTOR_HELP + " Default: the run's."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help=RAY_ADDRESS_HELP),
+    approve: Optional[str] = typer.Option(None, "--approve", metavar="ask|all|none", help="Approval gates: ask, all or none (default: what the run had)."),
+    audit: Optional[Path] = typer.Option(None, "--audit", metavar="FILE", help="Write engine events as JSON Lines to this file."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
+    executor: Optional[Placement] = typer.Option(None, "--executor", metavar="local|ray", help=EXECUTOR_HELP + " Default: the run's."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", help=RAY_ADDRESS_HELP),
 ) -> None:
     """Finish an interrupted run; print the full receipt set in order, then the summary."""
     from ..engine.resume import check_not_running, find_run, owner_token, prepare_resume
@@ -100,9 +100,9 @@ def resume(
 
 @runs_app.command("list")
 def list_runs(
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
-    label: Optional[List[str]] = typer.Option(None, "--label", help="Only runs with this KEY=VALUE label (repeatable; all must match)."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
+    label: Optional[List[str]] = typer.Option(None, "--label", metavar="KEY=VALUE", help="Only runs with this KEY=VALUE label (repeatable; all must match)."),
 ) -> None:
     """Journaled runs, newest first: id, mode, status, counts, started."""
     from ..runview import run_record
@@ -123,9 +123,9 @@ def list_runs(
 
 @runs_app.command("show")
 def show_run(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
-    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", help="auto, table, jsonl or json."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", help=STATE_DIR_HELP),
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
+    format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
     contract: bool = typer.Option(False, "--contract", help="Print the contract the run used (stored with it) instead, as JSON."),
 ) -> None:
     """The receipts of a run again, in order, then the calls waiting for approval, then its summary

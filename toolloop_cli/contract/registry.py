@@ -111,13 +111,16 @@ def load_registry(
     *,
     default_timeout_s: float | None = None,
     app_root: str | None = None,
+    keep_partial: bool = False,
 ) -> tuple[Contract | None, list[Problem]]:
     """Load, validate and compile a registry.
 
     Returns the compiled ``Contract`` (None when any error was found) and every finding,
     warnings included, sorted by place. Parts of the file that fail their declaration (an
     unknown key, a wrong type) are left out and the rest is still checked, so one run reports
-    the mistakes of the whole file.
+    the mistakes of the whole file. With ``keep_partial`` a registry with errors still gives
+    the contract of what compiled (its broken tools left out), for ``validate`` to check plans
+    against as far as it can; nothing runs on such a contract.
     """
     doc = load_document(path, recode=_tool_id_issue)
     col = doc.collector
@@ -143,9 +146,9 @@ def load_registry(
         decl = _salvage(doc.data, broken, partial)
     if decl is None:
         return None, _sorted(col.problems)
-    contract = _compile(decl, FsPath(path), col, default_timeout_s, app_root, partial)
+    contract = _compile(decl, FsPath(path), col, default_timeout_s, app_root, partial, keep_partial)
     problems = _sorted(col.problems)
-    if col.has_errors:
+    if col.has_errors and not keep_partial:
         return None, problems
     return contract, problems
 
@@ -257,6 +260,7 @@ def _compile(
     default_timeout_s: float | None,
     app_root_override: str | None,
     partial: _Partial | None = None,
+    keep_partial: bool = False,
 ) -> Contract | None:
     partial = partial or _Partial()
     root = _root_for(decl, path, col, app_root_override)
@@ -301,7 +305,7 @@ def _compile(
         shown = ", ".join(tools[:3]) + (f" and {len(tools) - 3} more" if len(tools) > 3 else "")
         col.add("TL306", f"{first.message} (needed by {'tool' if len(tools) == 1 else 'tools'} {shown})", where,
                 first.hint)
-    if col.has_errors or root is None:
+    if (col.has_errors and not keep_partial) or root is None:
         return None
     return Contract(
         file=str(path),

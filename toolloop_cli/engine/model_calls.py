@@ -53,10 +53,12 @@ class ModelCalls:
 
     def __init__(self, providers: Mapping[str, Any], *, run_id: str, journal: Callable[[dict], None],
                  recorded: Sequence[dict] = (), rng: Any = None,
-                 on_answer: Callable[[dict, str, int], None] | None = None):
+                 on_answer: Callable[..., None] | None = None):
         import random
 
-        self.on_answer = on_answer  # (model_answer record, requested model, start in ns): telemetry
+        # telemetry: (model_answer record, requested model, start in ns, provider=..., error=...);
+        # a request that got no answer is reported too, with a record of its n, role and duration
+        self.on_answer = on_answer
         self.providers = providers
         self.run_id = run_id
         self.journal = journal
@@ -77,7 +79,15 @@ class ModelCalls:
         if reused is not None:
             return reused
         t0, started_ns = time.perf_counter(), time.time_ns()
-        reply = await self._with_retries(self.providers[role], request, deadline)
+        try:
+            reply = await self._with_retries(self.providers[role], request, deadline)
+        except (ProviderFailed, LoopTimeout) as exc:
+            if self.on_answer is not None:
+                failed = {"n": n, "role": role, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)}
+                error = ("timeout", "the loop's deadline passed") if isinstance(exc, LoopTimeout) else (
+                    "provider_error", str(exc))
+                self.on_answer(failed, profile.model, started_ns, provider=profile.provider, error=error)
+            raise
         duration_ms = round((time.perf_counter() - t0) * 1000, 3)
         record = {
             "type": "model_answer", "run_id": self.run_id, "n": n, "role": role, "model": reply.model,
@@ -86,7 +96,7 @@ class ModelCalls:
         }
         self.journal(record)
         if self.on_answer is not None:
-            self.on_answer(record, profile.model, started_ns)
+            self.on_answer(record, profile.model, started_ns, provider=profile.provider)
         return Answer(n, role, reply, duration_ms, False)
 
     def _reuse(self, n: int, role: str) -> Answer | None:

@@ -12,7 +12,9 @@ One trace per run session:
 - ``invoke_agent``: the run, from its start to its summary;
 - ``execute_tool {tool}``: one per receipt committed in the session, calls that never ran included
   (denied, skipped, duplicate, budget_exceeded, interrupted), timed from the receipt;
-- ``chat {model}``: one per model request answered (a routed run), with its token usage.
+- ``chat {model}``: one per model request (a routed run), with the provider's name and the token
+  usage; a request that got no answer (its retries spent, or the loop's deadline passed) ends in
+  error, with ``error.type``.
 
 Approval answers (on the call's span, from its receipt), supervisor, guardrail and decision
 records (on the run's span) are span events; the run's labels are attributes of every span. Spans are built only from
@@ -198,9 +200,11 @@ class RunTelemetry:
         """A decision, supervisor or guardrail record: an event of the run's span."""
         self._guard(self._record, rec)
 
-    def chat(self, answer: dict, request_model: str, started_ns: int) -> None:
-        """A model request answered (a ``model_answer`` record): its ``chat {model}`` span."""
-        self._guard(self._chat, answer, request_model, started_ns)
+    def chat(self, answer: dict, request_model: str, started_ns: int, provider: str | None = None,
+             error: tuple[str, str] | None = None) -> None:
+        """A model request (a ``model_answer`` record, or for one that got no answer its n, role and
+        duration with ``error`` = (kind, message)): its ``chat {model}`` span."""
+        self._guard(self._chat, answer, request_model, started_ns, provider, error)
 
     def close(self, summary: dict) -> None:
         """End the run's span with its outcome and export what is left."""
@@ -268,21 +272,29 @@ class RunTelemetry:
         attrs = {f"toolloop.{k}": (_short(rec[k]) if k == "reason" else rec[k]) for k in keep if rec.get(k) is not None}
         self.root.add_event(f"toolloop.{kind}", attrs)
 
-    def _chat(self, answer: dict, request_model: str, started_ns: int) -> None:
+    def _chat(self, answer: dict, request_model: str, started_ns: int, provider: str | None,
+              error: tuple[str, str] | None) -> None:
         model = request_model or answer.get("model") or "model"
         end = started_ns + int((answer.get("duration_ms") or 0.0) * 1_000_000)
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            **({"gen_ai.provider.name": provider} if provider else {}),
+            "gen_ai.request.model": model,
+            "toolloop.run_id": self.run_id,
+            "toolloop.role": answer.get("role") or "",
+            "toolloop.model_answer": int(answer.get("n") or 0),
+            **self.labels,
+        }
+        if error is None:
+            attrs.update({"gen_ai.response.model": answer.get("model") or model,
+                          "gen_ai.usage.input_tokens": int(answer.get("input_tokens") or 0),
+                          "gen_ai.usage.output_tokens": int(answer.get("output_tokens") or 0)})
+        else:
+            attrs["error.type"] = error[0]
         span = self.tracer.start_span(f"chat {model}", context=self.parent, kind=self._kind.CLIENT, start_time=started_ns,
-                                      attributes={
-                                          "gen_ai.operation.name": "chat",
-                                          "gen_ai.request.model": model,
-                                          "gen_ai.response.model": answer.get("model") or model,
-                                          "gen_ai.usage.input_tokens": int(answer.get("input_tokens") or 0),
-                                          "gen_ai.usage.output_tokens": int(answer.get("output_tokens") or 0),
-                                          "toolloop.run_id": self.run_id,
-                                          "toolloop.role": answer.get("role") or "",
-                                          "toolloop.model_answer": int(answer.get("n") or 0),
-                                          **self.labels,
-                                      })
+                                      attributes=attrs)
+        if error is not None:
+            span.set_status(self._status(self._code.ERROR, _short(error[1])))
         span.end(end_time=max(end, started_ns))
 
     def _close(self, summary: dict) -> None:

@@ -86,9 +86,11 @@ def sarif_rule(code: str) -> dict:
     }
 
 
-def sarif_document(problems: list[Problem], version: str, error: str | None = None) -> dict:
+def sarif_document(problems: list[Problem], version: str, error: str | None = None,
+                   notes: Iterable[str] = ()) -> dict:
     """A SARIF 2.1.0 log with one run; rules are the finding codes that occur. ``error`` (a usage
-    error: nothing was checked) is carried as a failed invocation."""
+    error: nothing was checked) is carried as a failed invocation; ``notes`` (what could not be
+    checked, and why) as the invocation's warnings."""
     used = sorted({p.code for p in problems})
     rules = [sarif_rule(code) for code in used]
     index = {code: i for i, code in enumerate(used)}
@@ -114,9 +116,12 @@ def sarif_document(problems: list[Problem], version: str, error: str | None = No
             }
         )
     invocation: dict = {"executionSuccessful": error is None}
+    notifications = [{"level": "warning", "message": {"text": note}} for note in notes]
     if error is not None:
         invocation["exitCode"] = 2
-        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": error}}]
+        notifications.insert(0, {"level": "error", "message": {"text": error}})
+    if notifications:
+        invocation["toolExecutionNotifications"] = notifications
     return {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
@@ -130,18 +135,21 @@ def sarif_document(problems: list[Problem], version: str, error: str | None = No
     }
 
 
-def format_sarif(problems: list[Problem], version: str, error: str | None = None) -> str:
-    return json.dumps(sarif_document(problems, version, error), indent=2) + "\n"
+def format_sarif(problems: list[Problem], version: str, error: str | None = None, notes: Iterable[str] = ()) -> str:
+    return json.dumps(sarif_document(problems, version, error, notes), indent=2) + "\n"
 
 
 FORMATS = ("text", "json", "github", "sarif")
 
 
-def render(problems: list[Problem], fmt: str, version: str) -> str:
+def render(problems: list[Problem], fmt: str, version: str, notes: Iterable[str] = ()) -> str:
+    """Findings in ``fmt``; ``notes`` (what was not checked, and why) are carried where the
+    format has a place for them: GitHub notices, SARIF notifications (text and JSON leave them to
+    standard error)."""
     if fmt == "text":
         return format_text(problems)
     if fmt == "json":
         return format_json(problems)
     if fmt == "github":
-        return format_github(problems)
-    return format_sarif(problems, version)
+        return format_github(problems) + "".join(f"::notice::{_gh_escape_data(note)}\n" for note in notes)
+    return format_sarif(problems, version, notes=notes)

@@ -51,90 +51,70 @@ class JsonArrayWriter:
         self.out.flush()
 
 
-def _cell(value: Any, width: int = 60) -> str:
-    try:
-        text = escape(value if isinstance(value, str) else dumps(value).decode())
-    except TypeError:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _plain(value: Any) -> str:
     """A cell for a person: counts as 'ok 3, error 1', booleans as yes/no, nothing as blank."""
+    from .views import cell
+
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
         return escape(", ".join(f"{k} {v}" for k, v in value.items()))
-    return _cell(value)
-
-
-RECEIPT_COLUMNS = ("seq", "item_key", "call_key", "tool", "status", "attempts", "cache", "duration_ms", "result / error")
-
-
-def receipt_row(rec: dict) -> list[str]:
-    detail = rec["result"] if rec["status"] == "ok" else (rec["error"] or {}).get("message", "")
-    return [
-        str(rec["seq"]),
-        escape(rec["item_key"] or ""),
-        escape(rec["call_key"] or ""),
-        escape(rec["tool"]),
-        rec["status"],
-        str(rec["attempts"]),
-        rec["cache"],
-        f"{rec['duration_ms']:.1f}",
-        _cell(detail),
-    ]
+    return cell(value, 60)
 
 
 class TableWriter:
-    """Collects records and prints Rich tables at the end: receipts, then the summary."""
+    """Collects records and prints Rich tables at the end (``views.py``): a routed run as one
+    timeline, a batch run as its receipts, a dry run as its calls and worst case; then the
+    summary."""
 
     def __init__(self, console: Any):
         self.console = console
-        self.rows: list[dict] = []
+        self.records: list[dict] = []
         self.summary: dict | None = None
-        self.other: list[dict] = []
 
     def write(self, record: dict) -> None:
-        kind = record.get("type")
-        if kind == "receipt":
-            self.rows.append(record)
-        elif kind == "summary":
+        if record.get("type") == "summary":
             self.summary = record
         else:
-            self.other.append(record)
+            self.records.append(record)
 
     def flush(self) -> None:
         pass  # the table is printed whole at the end
 
     def close(self) -> None:
-        from .tables import BIG_RUN, receipt_columns, record_columns, render
+        from . import views
 
-        rows = self.rows
-        if len(rows) > BIG_RUN:
-            # a big run: the counts per status, then only the receipts that are not ok
-            counts: dict[str, int] = {}
-            for rec in rows:
-                counts[rec["status"]] = counts.get(rec["status"], 0) + 1
-            not_ok = [rec for rec in rows if rec["status"] != "ok"]
-            self.console.print(f"{len(rows)} receipts: " + ", ".join(f"{k} {v}" for k, v in counts.items())
-                               + (f"; the {len(not_ok)} not ok:" if not_ok else "")
-                               + " (every receipt: --format jsonl)", highlight=False, markup=False)
-            rows = not_ok
-        if rows:
-            render(self.console, receipt_columns([receipt_row(rec) for rec in rows], [rec["status"] for rec in rows]),
-                   title="receipts" if rows is self.rows else None)
-        if self.other:
-            render(self.console, record_columns(self.other, _plain))
-        if self.summary is not None:
-            s = self.summary
-            counts_text = ", ".join(f"{k} {v}" for k, v in s["counts"].items() if v) or "no calls"
-            style = "green" if s["status"] == "ok" else "red"
-            from rich.text import Text
+        records, summary = self.records, self.summary
+        routed = (summary or {}).get("mode") == "routed" or any(r.get("type") in views.TIMELINE_TYPES
+                                                                 for r in records)
+        if routed:
+            views.show_timeline(self.console, records)
+        else:
+            views.show_receipts(self.console, [r for r in records if r.get("type") == "receipt"])
+            planned = [r for r in records if r.get("type") == "planned"]
+            total = next((r for r in records if r.get("type") == "dry_run"), None)
+            if planned or total is not None:
+                views.show_dry_run(self.console, planned, total)
+            views.show_records(self.console, [r for r in records if r.get("type") not in
+                                              ("receipt", "planned", "dry_run")], _plain)
+        if summary is not None:
+            self._summary(summary, routed)
 
-            self.console.print(Text.assemble(
-                (escape(str(s["status"])), f"bold {style}"),
-                escape(f" run {s['run_id']} ({s['mode']}): {counts_text} in {s['duration_ms'] / 1000:.2f}s"),
-            ))
+    def _summary(self, s: dict, routed: bool) -> None:
+        from rich.text import Text
+
+        from .views import loop_text, routed_ending
+
+        counts_text = ", ".join(f"{k} {v}" for k, v in (s.get("counts") or {}).items() if v) or "no calls"
+        style = "green" if s["status"] == "ok" else "red"
+        self.console.print(Text.assemble(
+            (escape(str(s["status"])), f"bold {style}"),
+            escape(f" run {s['run_id']} ({s['mode']}): {counts_text} in {s['duration_ms'] / 1000:.2f}s"),
+        ))
+        if routed:
+            loop = loop_text(s)
+            if loop:
+                self.console.print(Text(f"used: {loop}"))
+            routed_ending(self.console, s)

@@ -40,6 +40,8 @@ class Col:
     right: bool = False
     style: list[str] | None = None  # per-row style of the cells (status colours)
     rank: int = 0  # when the line cannot fit, the column with the lowest rank is left out first
+    least: int | None = None  # a text column kept at least this wide while spare columns can go
+    spare: bool = False  # left out before a column with ``least`` narrows below it
 
     @property
     def natural(self) -> int:
@@ -52,24 +54,46 @@ class Col:
             return self.natural
         return min(self.natural, max(len(self.header), _MIN_TEXT if self.kind == "text" else _MIN_KEY))
 
+    def kept(self, width: int) -> int:
+        """How narrow the first pass may make this column (``least`` for a text column that
+        matters more than the keys beside it; the second pass goes down to the floor)."""
+        if self.least is None:
+            return self.floor
+        return max(self.floor, min(self.natural, self.least, width))
+
 
 def fit(cols: list[Col], width: int) -> list[tuple[Col, int]]:
-    """Columns with their widths so that the line fits ``width``."""
+    """Columns with their widths so that the line fits ``width``: text columns narrow first (a
+    text column with ``least`` only down to it); what still does not fit leaves out the spare
+    columns (lowest rank first), then key columns narrow, then text columns down to their
+    floor, and then the column of lowest rank is left out, and so on. Within a pass the column of
+    lowest rank narrows first."""
     cols = list(cols)
     while True:
         widths = [min(c.natural, _TEXT_CAP if c.kind == "text" else _KEY_CAP if c.kind == "key" else c.natural)
                   for c in cols]
         excess = sum(widths) + _GAP * (len(cols) - 1) - width
-        for kind in ("text", "key"):
-            # narrow the widest column of this kind, one character at a time, down to its floor
+
+        def narrow(kind: str, floor: Any) -> None:
+            nonlocal excess
+            # one character at a time, down to its floor: the column of lowest rank first (the
+            # widest of those), so what matters most keeps its width longest
             while excess > 0:
-                shrinkable = [i for i, c in enumerate(cols) if c.kind == kind and widths[i] > c.floor]
+                shrinkable = [i for i, c in enumerate(cols) if c.kind == kind and widths[i] > floor(c)]
                 if not shrinkable:
-                    break
-                i = max(shrinkable, key=lambda j: widths[j])
+                    return
+                i = min(shrinkable, key=lambda j: (cols[j].rank, -widths[j]))
                 widths[i] -= 1
                 excess -= 1
+
+        narrow("text", lambda c: c.kept(width))
         droppable = [i for i, c in enumerate(cols) if c.kind != "whole"]
+        spare = [i for i in droppable if cols[i].spare]
+        if excess > 0 and spare:
+            del cols[min(spare, key=lambda i: cols[i].rank)]
+            continue
+        narrow("key", lambda c: c.floor)
+        narrow("text", lambda c: c.floor)
         if excess <= 0 or not droppable:
             return list(zip(cols, widths))
         del cols[min(droppable, key=lambda i: cols[i].rank)]
@@ -118,10 +142,10 @@ def receipt_columns(rows: list[list[str]], statuses: list[str]) -> list[Col]:
         Col("call_key", column(2), "key", rank=7),
         Col("tool", column(3), "key", rank=8),
         Col("status", column(4), "whole", style=[STATUS_STYLES.get(s, "red") for s in statuses]),
-        Col("tries", column(5), "key", right=True, rank=2),
-        Col("cache", column(6), "key", rank=1),
-        Col("ms", column(7), "key", right=True, rank=3),
-        Col("result / error", column(8), "text", rank=5),
+        Col("tries", column(5), "key", right=True, rank=2, spare=True),
+        Col("cache", column(6), "key", rank=1, spare=True),
+        Col("ms", column(7), "key", right=True, rank=3, spare=True),
+        Col("result / error", column(8), "text", rank=5, least=24),
     ]
     if not any(column(1)):
         del cols[1]

@@ -28,8 +28,9 @@ COOKIE = "toolloop_session"
 CSRF_HEADER = "x-csrf-token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: what a 401 page tells a person
-OPEN_WITH_TOKEN = ("Open this page with its token once: /?token=TOKEN. The token is the one toolloop serve printed"
-                   " when it started (or TOOLLOOP_SERVE_TOKEN); with a users file, the value of your own variable.")
+OPEN_WITH_TOKEN = ("Open this page with its token once: /?token=TOKEN (or this page's address followed by ?token=TOKEN)."
+                   " The token is the one toolloop serve printed when it started, or the value of"
+                   " TOOLLOOP_SERVE_TOKEN; with a users file, the value of your own variable.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +185,10 @@ class Guard:
             return
         path = scope.get("path", "")
         api = path.startswith("/api/")
+        if path.startswith("/static/") and scope["method"] in ("GET", "HEAD"):
+            # the stylesheet and the script hold no data; the 401 page needs its stylesheet too
+            await self.app(scope, receive, send)
+            return
         bearer = _header(scope, b"authorization")
         user = None
         by_cookie = False
@@ -195,8 +200,8 @@ class Guard:
                 return
         else:
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            if path == "/" and "token" in query and scope["method"] == "GET":
-                await self._open(send, query["token"][0], api)
+            if not api and "token" in query and scope["method"] == "GET":
+                await self._open(send, query["token"][0], path)
                 return
             session = _cookie(scope)
             user = self.users.by_session(session) if session else None
@@ -219,15 +224,20 @@ class Guard:
         state["csrf"] = self.users.csrf(user)
         await self.app(scope, receive, send)
 
-    async def _open(self, send: Any, token: str, api: bool) -> None:
-        """``/?token=TOKEN``: the cookie is set and the page opens without the token in its address."""
+    async def _open(self, send: Any, token: str, path: str) -> None:
+        """``PAGE?token=TOKEN`` (``/``, ``/inbox``, a run's page): the cookie is set and the same page
+        opens without the token in its address."""
+        from urllib.parse import quote
+
         user = self.users.by_token(token)
         if user is None:
-            await _refuse(send, 401, "the token in the address is not valid", api)
+            await _refuse(send, 401, "the token in the address is not valid", False)
             return
         cookie = f"{COOKIE}={user.session}; HttpOnly; SameSite=Strict; Path=/"
+        # one leading slash: '//host' would send the browser to another site
+        location = "/" + quote(path.lstrip("/"), safe="/")
         await send({"type": "http.response.start", "status": 303, "headers": [
-            (b"location", b"/"), (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store"),
+            (b"location", location.encode()), (b"set-cookie", cookie.encode()), (b"cache-control", b"no-store"),
             (b"referrer-policy", b"no-referrer"), (b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b""})
 

@@ -181,6 +181,41 @@ class Journal:
         n = self.store.add_control(rid, kind, message or None)
         return {"run_id": rid, "kind": kind, "n": n}
 
+    def resume_refusal(self, run_id: str) -> str | None:
+        """Why resuming the run would run nothing (None when something is left to run): a run that
+        finished ok, a routed run that ended with an outcome, a batch run whose calls have all
+        run (the failed ones stay failed unless ``toolloop resume --retry-failed``)."""
+        return self._nothing_left(self._run(run_id))
+
+    def _nothing_left(self, run: dict) -> str | None:
+        from ..engine.resume import resume_action
+        from ..runview import shown_status
+
+        rid, status = run["run_id"], shown_status(run)
+        if status == "ok":
+            return f"run {rid} finished ok; there is nothing left to run"
+        if status != "failed":
+            return None  # paused, stopped, interrupted or running: there is
+        if run["mode"] == "routed":
+            outcome = (run["summary"] or {}).get("outcome")
+            if outcome in (None, "paused"):
+                return None
+            return f"run {rid} ended with outcome {outcome}; resuming it would run nothing"
+        receipts = {r["seq"]: r for r in self.store.receipts_of(rid)}
+        lanes: dict[Any, list[int]] = {}
+        for seq, lane, *_rest in self.store.calls_of(rid):
+            lanes.setdefault(lane, []).append(seq)
+        for seqs in lanes.values():
+            for seq in seqs:
+                rec = receipts.get(seq)
+                if resume_action(rec["status"] if rec else None, in_flight_write=False, retry_failed=False,
+                                 retry_interrupted=False) != "keep":
+                    return None  # runs again (a write that was in flight is settled as interrupted)
+                if rec["status"] != "ok" or (rec.get("envelope") or {}).get("decision") == "stop":
+                    break  # the rest of the lane stays as it is
+        return (f"run {rid} failed and every call left to run has run; the failed calls run again only with"
+                f" toolloop resume {rid} --retry-failed")
+
     def start_resume(self, run_id: str) -> tuple[str, subprocess.Popen]:
         """Start ``toolloop resume RUN_ID`` in the background with this state folder; 409 when the
         run is running (or a resume this server started has not ended)."""
@@ -195,6 +230,9 @@ class Journal:
                 alive = holder_alive(holder)
                 if alive or (alive is None and (run["lease_until"] or 0) >= time.time()):
                     raise Refused(409, f"run {rid} is running (process {holder_pid(holder)}); wait for it to finish")
+            why = self._nothing_left(run)
+            if why is not None:
+                raise Refused(409, why)
             since = time.time()
             # its messages go to a file (it outlives the server if need be), then to the server's log
             log_path = self.folder / "serve" / f"resume-{rid}.log"

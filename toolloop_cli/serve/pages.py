@@ -39,6 +39,7 @@ def env() -> Any:
         _env.filters["text"] = text
         _env.filters["when"] = when
         _env.filters["tone"] = tone
+        _env.filters["in_project"] = in_project
     return _env
 
 
@@ -73,6 +74,15 @@ def when(stamp: Any) -> str:
     return f"{day} {clock.split('.', 1)[0].rstrip('Z')}Z"
 
 
+def in_project(path: Any, project: str | None) -> str:
+    """A plan's path relative to the project folder (the one holding the state folder) when it lies
+    below it, as a person typed it there; escaped."""
+    shown = "" if path is None else str(path)
+    if project and shown.startswith(project.rstrip("/") + "/"):
+        shown = shown[len(project.rstrip("/")) + 1:]
+    return text(shown)
+
+
 def tone(status: Any) -> str:
     """The colour family of a status, for its badge (the word is always shown too)."""
     if status in ("ok", "final", "approved", "continue"):
@@ -87,8 +97,10 @@ def tone(status: Any) -> str:
 def render(request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
     state = request.scope.get("state", {})
     user: User | None = state.get("user")
+    journal = request.app.state.journal if hasattr(request.app.state, "journal") else None
+    project = str(journal.folder.parent) if journal is not None else None
     page = env().get_template(name).render(user=user.name if user else None, csrf=state.get("csrf", ""),
-                                           path=request.url.path, **context)
+                                           path=request.url.path, project=project, **context)
     return HTMLResponse(page, status_code=status, headers={**SECURITY_HEADERS, "cache-control": "no-store"})
 
 
@@ -121,10 +133,11 @@ async def run_page(request: Request) -> Response:
 
     def read() -> tuple:
         record, records, summary, live = journal.view(request.path_params["run_id"])
-        return record, records, summary, live, journal.approvals(record["run_id"]), len(journal.approvals())
+        no_resume = None if live else journal.resume_refusal(record["run_id"])
+        return record, records, summary, live, journal.approvals(record["run_id"]), len(journal.approvals()), no_resume
 
     try:
-        record, records, summary, live, pending, waiting = await in_thread(read)
+        record, records, summary, live, pending, waiting, no_resume = await in_thread(read)
     except Refused as exc:
         return render(request, "refused.html", status=exc.status, code=exc.status, why=exc.message, how="See the list of runs.",
                       title="No such run")
@@ -134,4 +147,4 @@ async def run_page(request: Request) -> Response:
     return render(request, "run.html", run=record, records=records[:SHOWN_RECORDS], summary=summary, live=live,
                   pending=pending, attention=attention[:SHOWN_RECORDS], counts=counts, waiting=waiting,
                   more=max(0, len(records) - SHOWN_RECORDS), more_attention=max(0, len(attention) - SHOWN_RECORDS),
-                  title=f"Run {record['run_id']}")
+                  no_resume=no_resume, title=f"Run {record['run_id']}")

@@ -48,6 +48,23 @@ def url_of(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+def every_address(sock: socket.socket) -> bool:
+    """Whether the socket listens on every address of the machine (``--host 0.0.0.0`` or ``::``)."""
+    try:
+        return ipaddress.ip_address(sock.getsockname()[0].split("%", 1)[0]).is_unspecified
+    except ValueError:
+        return False
+
+
+def openable_url(sock: socket.socket) -> str:
+    """An address a browser on this machine can open: ``http://0.0.0.0:PORT`` cannot be opened
+    as written, so a socket on every address is shown on loopback."""
+    if every_address(sock):
+        host, port = sock.getsockname()[:2]
+        return f"http://[::1]:{port}" if ":" in host else f"http://127.0.0.1:{port}"
+    return url_of(sock)
+
+
 def serve(app: Any, sock: socket.socket, on_ready: Callable[[], None] = lambda: None) -> None:
     """Serve ``app`` on ``sock`` under trio until SIGINT or SIGTERM (then stop gracefully)."""
     import trio
