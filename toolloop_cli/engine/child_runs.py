@@ -1,9 +1,12 @@
-"""How a child run (a ``plan:`` tool, SPEC 6.7) ends, as its parent's call sees it: the answer,
-a failure carrying the child's outcome, or a pause that pauses the parent too."""
+"""How a child run (a ``plan:`` tool) ends, as its parent's call sees it: the answer, a failure
+carrying the child's outcome, or a pause that pauses the parent too; and where its journaled
+context was redacted."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from .redact import REDACTED
 
 
 class ChildResult:
@@ -34,3 +37,43 @@ class ChildPaused(BaseException):
         self.child_run_id = child_run_id
         self.call_key = call_key
         super().__init__(f"child run {child_run_id} paused")
+
+
+def redacted_pointers(value: Any, shown: Any, at: str = "") -> list[str]:
+    """The JSON Pointers at which ``shown`` (``value`` redacted) holds the marker instead of the
+    value: a child run whose journaled context has any cannot be resumed or replayed on its own,
+    since the journal never holds the value."""
+    if isinstance(shown, str) and shown == REDACTED and value != REDACTED:
+        return [at]
+    if isinstance(value, dict) and isinstance(shown, dict):
+        return [p for k in value if k in shown
+                for p in redacted_pointers(value[k], shown[k], f"{at}/{str(k).replace('~', '~0').replace('/', '~1')}")]
+    if isinstance(value, list) and isinstance(shown, list):
+        return [p for i, (v, s) in enumerate(zip(value, shown)) for p in redacted_pointers(v, s, f"{at}/{i}")]
+    return []
+
+
+def top_run_of(store: Any, run: dict) -> str | None:
+    """For a child run, the run whose ``resume`` finishes it and hands its answer up: the top of
+    its nesting (its parent, or its parent's parent...); None for a run that is no child."""
+    parent = (run.get("options") or {}).get("parent_run_id")
+    seen = {run["run_id"]}
+    while parent is not None and parent not in seen:
+        seen.add(parent)
+        above = store.get_run(parent)
+        up = ((above or {}).get("options") or {}).get("parent_run_id")
+        if up is None:
+            return parent
+        parent = up
+    return parent
+
+
+def continue_with(store: Any, run: dict) -> str:
+    """What to run after answering a run's approval: ``toolloop resume`` of the run, or for a child
+    run, of the top run (which resumes the child first and takes its answer)."""
+    top = top_run_of(store, run)
+    if top is None:
+        return f"continue with: toolloop resume {run['run_id']}"
+    parent = run["options"]["parent_run_id"]
+    return (f"continue with: toolloop resume {top} (run {run['run_id']} is a child run of {parent};"
+            f" resuming {top} resumes it first and takes its answer)")

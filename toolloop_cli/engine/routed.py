@@ -137,9 +137,8 @@ class RoutedRunner:
         plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
         options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form(),
                    "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}}
-        if session.parent is not None:  # a child run: how its parent's resume finds it again
-            options.update(parent_run_id=session.parent[0], parent_receipt_id=session.parent[1],
-                           parent_seq=session.parent_seq, depth=session.depth, context=self.spec.context)
+        if session.child_options is not None:  # a child run: how its parent's resume finds it again
+            options.update(session.child_options)
         session.store.create_run({
             "run_id": session.run_id, "mode": "routed", "plan_path": plan_path, "plan_sha256": plan.plan_sha256,
             "registry_path": os.path.abspath(plan.registry_path), "contract_sha256": plan.contract.contract_sha256,
