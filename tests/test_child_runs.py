@@ -135,6 +135,25 @@ def test_a_child_resumed_on_its_own_gives_its_answer_to_its_parent_without_runni
     assert {r["run_id"]: r["parent_run_id"] for r in runs} == {parent: None, child: parent}
 
 
+def test_a_parent_resumed_after_its_child_never_runs_the_childs_writes_again(tmp_path, model_server, cli):
+    child_plan(tmp_path, model_server, "research.yml", "[gated]", inputs=False)
+    child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
+    registry(tmp_path)
+    target = tmp_path / "written.txt"
+    parent, child = paused_child(tmp_path, model_server, cli, str(target))
+    assert cli("approve", child, "1", "--approve").returncode == 0
+    model_server.script(FINAL, '{"answer": "done"}')
+    assert cli("resume", child, env={"TL_TEST_KEY": KEY}).returncode == 0
+    assert target.read_text() == "ran\n"
+    asked = len(model_server.requests)
+    # what a second child run would be answered, if one were started: the same write, approved
+    model_server.script(call("gated", {"path": str(target)}), FINAL, '{"answer": "again"}')
+    done = cli("resume", parent, "--approve", "all", "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    assert done.returncode == 0, done.stderr.decode()
+    assert jsonl(done.stdout)[0]["result"] == {"answer": "done"}
+    assert target.read_text() == "ran\n" and len(model_server.requests) == asked
+
+
 def test_a_child_that_failed_on_its_own_gives_its_parent_an_error_receipt_without_running_again(tmp_path, model_server,
                                                                                             cli):
     child_plan(tmp_path, model_server, "research.yml", "[gated]")
