@@ -9,7 +9,6 @@ import json
 import sqlite3
 
 from conftest import APP, jsonl, write
-from modelserver import Reply
 
 KEY = "sk-childruns-canary"
 FINAL = '{"action": "final", "reason": "enough"}'

@@ -93,7 +93,7 @@ def approve(
 def _continue_with(store, run_id: str) -> str:  # noqa: ANN001
     """The resume that goes on: the run's own, or for a child run its top run's, which resumes the
     child first (resuming the child alone would leave its parent waiting)."""
-    from ..engine.child_runs import continue_with
+    from ..lineage import continue_with
 
     return continue_with(store, store.get_run(run_id) or {"run_id": run_id})
 

@@ -90,7 +90,7 @@ def resume(
     if policy is not None:
         store.set_option(run["run_id"], "halt", policy.journal_form())
     if opts.get("parent_run_id") is not None:  # a child run resumed on its own: its parent still waits
-        from ..engine.child_runs import top_run_of
+        from ..lineage import top_run_of
 
         top = top_run_of(store, run)
         sys.stderr.write(f"toolloop: run {run['run_id']} is a child run of {opts['parent_run_id']}; once it ends,"

@@ -24,9 +24,9 @@ from ..contract.registry import load_registry
 from ..errors import ConfigError, RunError, UsageError
 from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
 from ..receipts import FAILED_STATUSES, Receipt
+from ..lineage import top_run_of
 from ..store import Store, holder_pid, lease_token
 from .call import not_run_receipt
-from .child_runs import top_run_of
 from .context import RunContext
 
 _KEEP_STATUSES = frozenset({"denied", "duplicate", "budget_exceeded"})
