@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+
 from conftest import APP, jsonl, write
 
 KEY = "sk-childruns-canary"
@@ -23,9 +25,10 @@ def profile(server) -> str:
     return f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
 
 
-def child_plan(tmp_path, server, name: str, tools: str, *, inputs: bool = True) -> None:
+def child_plan(tmp_path, server, name: str, tools: str, *, inputs: bool = True, write_only: bool = False) -> None:
     p = profile(server)
-    required = "inputs: {type: object, required: [question], properties: {question: {type: string}}}" if inputs else ""
+    question = "{type: string, writeOnly: true}" if write_only else "{type: string}"
+    required = f"inputs: {{type: object, required: [question], properties: {{question: {question}}}}}" if inputs else ""
     write(tmp_path / name, f"""
         version: 1
         registry: reg.yml
@@ -204,10 +207,11 @@ def test_a_routed_parent_resumed_as_approve_says_resumes_its_child_once(tmp_path
     assert run_record(tmp_path, child)["status"] == "ok"
 
 
-def test_a_child_whose_context_held_a_redacted_value_is_resumed_only_by_its_parent(tmp_path, model_server, cli):
-    child_plan(tmp_path, model_server, "research.yml", "[gated]")
+@pytest.mark.parametrize("how", ["redact", "writeOnly"])
+def test_a_child_whose_context_held_a_redacted_value_is_resumed_only_by_its_parent(tmp_path, model_server, cli, how):
+    child_plan(tmp_path, model_server, "research.yml", "[gated]", write_only=how == "writeOnly")
     child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
-    registry(tmp_path, research_extra="redact: [/question]")
+    registry(tmp_path, research_extra="redact: [/question]" if how == "redact" else "")
     target = tmp_path / "written.txt"
     parent, child = paused_child(tmp_path, model_server, cli, str(target), question=SECRET)
     journaled = run_record(tmp_path, child)["options"]
@@ -226,6 +230,8 @@ def test_a_child_whose_context_held_a_redacted_value_is_resumed_only_by_its_pare
     done = cli("resume", parent, "--format", "jsonl", env={"TL_TEST_KEY": KEY})
     assert done.returncode == 0, done.stderr.decode()
     assert target.read_text() == "ran\n"
+    receipt = jsonl(done.stdout)[0]
+    assert receipt["args"] == {"question": "[REDACTED]"} and SECRET not in done.stdout.decode()
     assert SECRET in json.dumps(model_server.requests[-2].json["messages"])
 
 
@@ -258,7 +264,7 @@ def test_a_grandchild_runs_to_max_depth_and_every_level_is_journaled_and_finishe
         assert rec["status"] == "ok" and rec["summary"] is not None and rec["summary"]["status"] == "ok"
         assert rec["summary"].get("parent_run_id") == parent
     assert run_record(tmp_path, grandchild)["options"]["depth"] == 2
-    assert shown[-1]["loop"]["by_part"]["children"]["tokens"] == 2 * 15 + 15  # the grandchild's spend counted
+    assert shown[-1]["loop"]["by_part"]["children"]["tokens"] == 3 * 15  # the grandchild's three requests
     for run_id, _parent in levels:
         assert cli("runs", "verify", run_id).returncode == 0
 
