@@ -22,9 +22,9 @@ from typing import IO, Any
 from .._canonical import sha256_of
 from ..contract.registry import load_registry
 from ..errors import ConfigError, RunError, UsageError
+from ..lineage import top_run_of
 from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
 from ..receipts import FAILED_STATUSES, Receipt
-from ..lineage import top_run_of
 from ..store import Store, holder_pid, lease_token
 from .call import not_run_receipt
 from .context import RunContext
