@@ -112,3 +112,26 @@ def test_replay_reports_no_difference_then_a_difference_and_offline_runs_no_tool
     assert diverged.returncode == 1
     assert b"receipt 0 (whoami, iteration 1): differs in args_sha256" not in diverged.stderr
     assert b"receipt 0 (whoami, iteration 1): differs in result" in diverged.stderr
+
+
+def test_replay_of_a_run_with_a_cacheable_read_tool_runs_it_again_and_finds_no_difference(tmp_path, model_server, cli):
+    log = str(tmp_path / "log.txt")
+    plan = setup(tmp_path, model_server)
+    reg = tmp_path / "reg.yml"
+    reg.write_text(reg.read_text().replace("description: Logs each execution to a file.",
+                                           "description: Logs each execution to a file.\n        cacheable: true"))
+    runs = []
+    for answer in (1, 2):  # the first run fills the cache (miss), the second takes it (hit)
+        model_server.script(log_call("a", log), FINAL, json.dumps({"answer": answer}))
+        proc = cli("run", str(plan), "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+        assert proc.returncode == 0, proc.stderr.decode()
+        records = jsonl(proc.stdout)
+        runs.append(records[-1]["run_id"])
+        assert records[1]["cache"] == ("miss" if answer == 1 else "hit")
+    assert open(log).read().split() == ["a"]
+    for n, run_id in enumerate(runs):
+        same = cli("replay", run_id, "--format", "jsonl")
+        assert same.returncode == 0, same.stderr.decode()
+        assert b"differs" not in same.stderr and b"no difference" in same.stderr
+        assert jsonl(same.stdout)[1]["cache"] == "off"  # the cache is bypassed: the tool ran again
+        assert open(log).read().split() == ["a"] * (n + 2)

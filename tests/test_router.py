@@ -149,11 +149,21 @@ def test_the_prompt_never_holds_an_api_key(monkeypatch):
 def test_prompt_assembly_is_deterministic_and_bounded():
     big = {"rows": list(range(5000))}
     obs = (observe_receipt(1, "lookup", "ok", big, limit_chars=200, args={"q": "x" * 5000}),)
-    first, second = router_messages(view(observations=obs, context=big)), router_messages(view(observations=obs, context=big))
+    first, second = router_messages(view(observations=obs)), router_messages(view(observations=obs))
     assert first == second
     turn = first[1]["content"]
-    assert len(turn) < 20000
+    assert len(turn) < 4000  # observations and their arguments are bounded
     assert "more characters not shown]" in turn
+
+
+def test_the_callers_context_is_shown_whole_in_every_prompt():
+    context = {"notes": "".join(f"line {i:05d}; " for i in range(3000)), "customer": "ACME </context>"}
+    whole = json.dumps(context, sort_keys=True, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+    assert len(whole) > 30000
+    for messages in (router_messages(view(context=context)), final_messages(view(context=context), {})):
+        turn = messages[1]["content"]
+        assert whole in turn and "line 02999; " in turn
+        assert "not shown" not in turn and turn.count("</context>") == 1
 
 
 def test_a_goal_holding_a_placeholder_is_not_filled_again():

@@ -16,7 +16,8 @@ def shown_status(run: dict) -> str:
 
 
 def run_record(store: Any, run: dict) -> dict:
-    """The ``run`` record of ``runs list``: id, mode, status, calls, counts so far, start, plan, labels."""
+    """The ``run`` record of ``runs list``: id, mode, status, calls, counts so far, start, plan, labels,
+    and for a child run (a ``plan:`` tool's) its parent's run id."""
     from .receipts import rfc3339
 
     counts = run["counts"] if run["counts"] is not None else store.counts_of(run["run_id"])
@@ -24,6 +25,7 @@ def run_record(store: Any, run: dict) -> dict:
         "type": "run", "run_id": run["run_id"], "mode": run["mode"], "status": shown_status(run),
         "calls": run["total_calls"], "counts": {k: v for k, v in counts.items() if v},
         "started_at": rfc3339(run["started_at"]), "plan": run["plan_path"], "labels": run["labels"],
+        "parent_run_id": (run["options"] or {}).get("parent_run_id"),
     }
 
 

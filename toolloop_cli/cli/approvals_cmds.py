@@ -66,7 +66,7 @@ def approve(
             shown = ", ".join(_key(i, c) for i, c in answered[:5]) + (f" and {len(answered) - 5} more"
                                                                        if len(answered) > 5 else "")
             sys.stderr.write(f"{state} {len(answered)} call{'s' if len(answered) != 1 else ''} ({shown});"
-                             f" continue with: toolloop resume {rid}\n")
+                             f" {_continue_with(store, rid)}\n")
             return
         assert call_key is not None
         pending = store.approval(rid, item, call_key)
@@ -88,6 +88,7 @@ def approve(
         ok = store.answer_approval(rid, item, call_key, state,
                                    args_sha256=sha256_of(edited) if edited is not None else None, args=stored,
                                    message=message, approver=who)
+        then = _continue_with(store, rid)
     finally:
         store.close()
     if not ok:
@@ -99,7 +100,15 @@ def approve(
     from .._text import escape
 
     where = f" in lane {escape(item)}" if item else ""
-    sys.stderr.write(f"{state} {escape(call_key)}{where}; continue with: toolloop resume {rid}\n")
+    sys.stderr.write(f"{state} {escape(call_key)}{where}; {then}\n")
+
+
+def _continue_with(store, run_id: str) -> str:  # noqa: ANN001
+    """The resume that goes on: the run's own, or for a child run its top run's, which resumes the
+    child first (resuming the child alone would leave its parent waiting)."""
+    from ..lineage import continue_with
+
+    return continue_with(store, store.get_run(run_id) or {"run_id": run_id})
 
 
 def _only_lane(store, run_id: str, call_key: str) -> Optional[str]:  # noqa: ANN001

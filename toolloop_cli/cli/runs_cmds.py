@@ -89,6 +89,12 @@ def resume(
         policy = HaltPolicy(**opts["halt"])
     if policy is not None:
         store.set_option(run["run_id"], "halt", policy.journal_form())
+    if opts.get("parent_run_id") is not None:  # a child run resumed on its own: its parent still waits
+        from ..lineage import top_run_of
+
+        top = top_run_of(store, run)
+        sys.stderr.write(f"toolloop: run {run['run_id']} is a child run of {opts['parent_run_id']}; once it ends,"
+                         f" its answer goes up with: toolloop resume {top}\n")
     store.close()
     _execute(plan, format, policy, opts.get("default_timeout_s"), bool(opts.get("no_cache")),
              bool(opts.get("refresh_cache")), state_dir, audit, opts.get("output_cap_bytes") or 16 * 1024 * 1024,

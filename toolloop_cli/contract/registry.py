@@ -455,10 +455,18 @@ def _compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, s
         return None
     inputs = data.get("inputs") if data.get("inputs") is not None else {"type": "object"}
     final = data.get("final_schema") if data.get("final_schema") is not None else {}
+    # writeOnly properties of the child's schemas are redacted like `redact` pointers, as for
+    # every other tool (the child's context is journaled redacted too)
+    redact = list(t.redact)
+    for schema in (inputs, final):
+        try:
+            redact.extend(p for p in schemas.write_only_pointers(schema) if p not in redact)
+        except Exception:  # noqa: BLE001 - a malformed schema: the child plan's own admission reports it
+            pass
     validators = {}
     for key, schema in (("input", inputs), ("output", final)):
         try:
-            validators[key] = schemas.compile_validator(schema, mask=bool(t.redact))
+            validators[key] = schemas.compile_validator(schema, mask=bool(redact))
         except Exception:  # noqa: BLE001 - the child plan's own admission reports its schema
             validators[key] = None
     errors_before = sum(p.level == "error" for p in col.problems)
@@ -475,7 +483,7 @@ def _compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, s
         retry=_retry_policy(t, False), isolation="thread", **_limits(t),
         # "" until admission reads the child plan, unless the registry says
         effect=t.effect if "effect" in t.model_fields_set else "", idempotent=t.idempotent,
-        redact=tuple(t.redact), approval=gate, approval_text=_approval_text(t), dispatch=(), envelope=None,
+        redact=tuple(redact), approval=gate, approval_text=_approval_text(t), dispatch=(), envelope=None,
         contract_sha256=sha256_of([t.model_dump(mode="json", exclude_unset=True), sha256_of(data)]),
         source=(col.smap.file, *col.smap.position(at, at_key=True)),
     )

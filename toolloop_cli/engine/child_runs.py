@@ -1,9 +1,12 @@
-"""How a child run (a ``plan:`` tool, SPEC 6.7) ends, as its parent's call sees it: the answer,
-a failure carrying the child's outcome, or a pause that pauses the parent too."""
+"""How a child run (a ``plan:`` tool) ends, as its parent's call sees it: the answer, a failure
+carrying the child's outcome, or a pause that pauses the parent too; and where its journaled
+context was redacted."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from .redact import REDACTED
 
 
 class ChildResult:
@@ -34,3 +37,18 @@ class ChildPaused(BaseException):
         self.child_run_id = child_run_id
         self.call_key = call_key
         super().__init__(f"child run {child_run_id} paused")
+
+
+def redacted_pointers(value: Any, shown: Any, at: str = "") -> list[str]:
+    """The JSON Pointers at which ``shown`` (``value`` redacted) holds the marker instead of the
+    value: a child run whose journaled context has any cannot be resumed or replayed on its own,
+    since the journal never holds the value."""
+    if isinstance(shown, str) and shown == REDACTED and value != REDACTED:
+        return [at]
+    if isinstance(value, dict) and isinstance(shown, dict):
+        return [p for k in value if k in shown
+                for p in redacted_pointers(value[k], shown[k], f"{at}/{str(k).replace('~', '~0').replace('/', '~1')}")]
+    if isinstance(value, list) and isinstance(shown, list):
+        return [p for i, (v, s) in enumerate(zip(value, shown)) for p in redacted_pointers(v, s, f"{at}/{i}")]
+    return []
+

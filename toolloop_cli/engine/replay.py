@@ -1,7 +1,8 @@
 """``toolloop replay``: a recorded routed run run again from its recorded model answers (no network,
 no new spend), and what differs from the recording.
 
-Read tools run again (cache off); write and destructive tools take their recorded results unless
+Read tools run again with the cache off (bypassed: a recorded cache hit is not a difference);
+write and destructive tools take their recorded results unless
 ``execute_writes``; gated calls take their recorded answer; ``offline`` takes every tool result
 from the recording, so prompts, guardrails and the engine are checked with no tool and no model.
 """
@@ -14,9 +15,11 @@ from ..plan.admit import AdmittedPlan
 from ..store import Store
 from .recording import Recording
 
-#: keys that differ between any two runs and are not compared
+#: keys that differ between any two runs and are not compared; ``cache`` among them, since a
+#: replay bypasses the cache (its receipts say ``off``): how the recording got a result, from the
+#: cache or not, is not a difference
 _VOLATILE = frozenset({"run_id", "receipt_id", "parent_receipt_id", "parallel_batch_id", "completion_seq",
-                       "started_at", "finished_at", "duration_ms"})
+                       "started_at", "finished_at", "duration_ms", "cache"})
 
 
 def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bool) -> tuple[AdmittedPlan, Recording]:
@@ -26,15 +29,19 @@ def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bo
 
     if run["mode"] != "routed":
         raise UsageError(f"run {run['run_id']} is a {run['mode']} run; replay re-runs routed runs")
-    plan = admit_journaled(run)
+    plan = admit_journaled(run, store=store)
     receipts = store.receipts_of(run["run_id"])
     recording = Recording(answers=store.model_answers_of(run["run_id"]), receipts={r["seq"]: r for r in receipts},
                           started=set(), replay=True, offline=offline, execute_writes=execute_writes)
     return plan, recording
 
 
-def _comparable(rec: dict) -> dict:
-    return {k: v for k, v in rec.items() if k not in _VOLATILE}
+def _ignored(a: dict, b: dict) -> frozenset[str]:
+    """What is not compared between a recorded record and its replay: the volatile keys, and for
+    a call the recording took from the cache (no attempt made), its ``attempts`` too."""
+    if "hit" in (a.get("cache"), b.get("cache")):
+        return _VOLATILE | {"attempts"}
+    return _VOLATILE
 
 
 def _label(rec: dict) -> str:
@@ -58,9 +65,11 @@ def differences(recorded: list[dict], replayed: list[dict]) -> list[str]:
             out.append(f"{_label(b)}: not in the recording")  # type: ignore[arg-type]
         elif b is None:
             out.append(f"{_label(a)}: recorded, but the replay ended before it")
-        elif _comparable(a) != _comparable(b):
-            keys = sorted(k for k in set(a) | set(b) if k not in _VOLATILE and a.get(k) != b.get(k))
-            out.append(f"{_label(a)}: differs in {', '.join(keys)}")
+        else:
+            ignored = _ignored(a, b)
+            keys = sorted(k for k in set(a) | set(b) if k not in ignored and a.get(k) != b.get(k))
+            if keys:
+                out.append(f"{_label(a)}: differs in {', '.join(keys)}")
     old_sum = next((r for r in recorded if r.get("type") == "summary"), None)
     new_sum = next((r for r in replayed if r.get("type") == "summary"), None)
     if old_sum is not None and new_sum is not None:

@@ -22,6 +22,7 @@ from typing import IO, Any
 from .._canonical import sha256_of
 from ..contract.registry import load_registry
 from ..errors import ConfigError, RunError, UsageError
+from ..lineage import top_run_of
 from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
 from ..receipts import FAILED_STATUSES, Receipt
 from ..store import Store, holder_pid, lease_token
@@ -333,15 +334,30 @@ def prepare_resume(
     }
 
 
-def admit_journaled(run: dict, j: _Journaled | None = None) -> AdmittedPlan:
-    """A routed run's plan admitted again from its file, which must be the one the run used."""
+def admit_journaled(run: dict, j: _Journaled | None = None, store: Store | None = None) -> AdmittedPlan:
+    """A routed run's plan admitted again from its file, which must be the one the run used. A
+    child run's plan is admitted as the child it is (at its depth, under the top plan's
+    ``max_depth``), with the context its journal holds."""
     j = j or _load_contract(run)
     if j.plan_file is None:
         raise _refuse(f"the run's plan file {j.plan_path} no longer exists; a routed run is read again from it")
-    plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=j.opts.get("app_root"),
-                      default_timeout_s=j.opts.get("default_timeout_s"))
+    opts = j.opts
+    child = opts.get("parent_run_id") is not None
+    if child and opts.get("context_redacted"):
+        pointers = ", ".join(opts["context_redacted"][:5])
+        top = (top_run_of(store, run) if store is not None else None) or opts["parent_run_id"]
+        raise _refuse(f"run {j.run_id} is a child run whose context held a redacted value (at {pointers}), which the"
+                      f" journal does not keep: it cannot be resumed or replayed on its own; resume {top} instead,"
+                      " which supplies the context again")
+    plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=opts.get("app_root"),
+                      default_timeout_s=opts.get("default_timeout_s"), depth=int(opts.get("depth") or 0),
+                      max_depth=opts.get("max_depth"))
     if plan.plan_sha256 != run["plan_sha256"]:
         raise _refuse(f"the plan {j.plan_path} changed since run {j.run_id} started; it must be the same plan")
+    if child:
+        import dataclasses
+
+        plan = dataclasses.replace(plan, routed=dataclasses.replace(plan.routed, context=opts.get("context") or {}))  # type: ignore[arg-type]
     return plan
 
 
@@ -350,9 +366,12 @@ def _prepare_routed(store: Store, run: dict, *, retry_failed: bool, retry_interr
     """A routed run is resumed by replaying its journal: the plan is admitted again from its file,
     recorded model answers are reused and settled receipts kept (``engine/routed.py``)."""
     j = _load_contract(run, store, accept_contract_change)
-    plan = admit_journaled(run, j)
+    plan = admit_journaled(run, j, store)
     recording = prepare_routed_journal(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted)
-    return plan, {"owner": owner, "recording": recording, "contract_changed": j.contract_changed}
+    settled = {"owner": owner, "recording": recording, "contract_changed": j.contract_changed}
+    if j.opts.get("parent_run_id") is not None:  # a child run resumed on its own stays its parent's child
+        settled["child"] = {k: j.opts.get(k) for k in ("parent_run_id", "parent_receipt_id", "depth", "max_depth")}
+    return plan, settled
 
 
 def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = False,

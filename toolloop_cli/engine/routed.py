@@ -103,8 +103,7 @@ class RoutedRunner:
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
-                 env: Any = None, parent_budget: Any = None, contract_changed: bool = False,
-                 journal_context: Any = None):
+                 env: Any = None, parent_budget: Any = None, contract_changed: bool = False):
         assert plan.routed is not None
         self.plan = plan
         self.spec = plan.routed
@@ -122,8 +121,6 @@ class RoutedRunner:
         # the profiles' keys; joined to the run's secrets (scrubbed from every record) by ``begin``
         self._secrets = RunSecrets([self.env[p.api_key_env] for p in self.spec.profiles().values()
                                     if p.api_key_env and self.env.get(p.api_key_env)])
-        #: a child run's context as journaled (its parent's tool redacted it), when not the plan's own
-        self.journal_context = journal_context
         #: (iteration, rule) of the supervisor pauses a resumed run already stopped at
         self.resumed_pauses: set[tuple[int, str]] = set(recording.pauses) if recording is not None else set()
         self.supervision = Supervision(self)
@@ -143,11 +140,9 @@ class RoutedRunner:
         plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
         options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form(),
                    "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}}
-        if session.parent is not None:  # a child run: how its parent's resume finds it again
-            options.update(parent_run_id=session.parent[0], parent_receipt_id=session.parent[1],
-                           parent_seq=session.parent_seq, depth=session.depth,
-                           context=self._secrets.deep(self.journal_context if self.journal_context is not None
-                                                      else self.spec.context))
+        if session.child_options is not None:  # a child run: how its parent's resume finds it again
+            options.update(session.child_options)
+            options["context"] = self._secrets.deep(options["context"])
         session.store.create_run({
             "run_id": session.run_id, "mode": "routed", "plan_path": plan_path, "plan_sha256": plan.plan_sha256,
             "registry_path": os.path.abspath(plan.registry_path), "contract_sha256": plan.contract.contract_sha256,

@@ -7,6 +7,7 @@ plan (or reopens a resumed run) and runs its lanes, settled through the session'
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from typing import Any
@@ -127,14 +128,19 @@ def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions
     ``completion_seq`` goes on. ``replay`` (from ``replay.prepare_replay``) runs a recorded routed
     run again as this new run.
     """
+    if replay is not None:  # a replay runs the tools again with the cache off: never a hit, never stored
+        options = dataclasses.replace(options, no_cache=True, refresh_cache=False)
     session = RunSession(store, emit, options, run_id=run_id or new_run_id(), contract=plan.contract,
                          mode=plan.mode, subagent=plan.subagent.id, total_calls=plan.total_calls,
                          owner=resume["owner"] if resume is not None else lease_token())
+    child = resume.get("child") if resume is not None else None
+    if child is not None:  # a child run resumed on its own (its summary still names its parent)
+        session.parent, session.depth = (child["parent_run_id"], child["parent_receipt_id"]), int(child["depth"] or 1)
     child_plans = getattr(plan, "child_plans", None)
     if child_plans:
         from .child_plans import install
 
-        install(session, child_plans)
+        install(session, child_plans, child.get("max_depth") if child is not None else None)
     if plan.mode == "routed":
         from .routed import RoutedRunner
 

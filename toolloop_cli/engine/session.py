@@ -178,7 +178,9 @@ class RunSession:
                  parent: tuple[str, str] | None = None, depth: int = 0):
         self.store = store
         self.parent = parent  # (parent run id, parent receipt id) of a child run
-        self.parent_seq: int | None = None  # the parent's call that started this child run
+        #: what a child run's journal entry holds of its parent and context (``child_plans.py``),
+        #: so that its parent's resume, and a resume of its own, find and rebuild it
+        self.child_options: dict | None = None
         self.depth = depth  # 0 for a top plan, 1 for its children, ...
         self.emit = emit
         self.options = options
@@ -368,11 +370,12 @@ class RunSession:
 
 
 class _ChildJournal:
-    """A child run's journal: its records are committed by the parent's journal writer, in the
-    same commit order, and never handed on for output."""
+    """A child run's journal: its records are committed by the top run's journal writer, in the
+    same commit order, and never handed on for output. A grandchild's journal is its child's,
+    so every level of nesting commits through the one writer."""
 
-    def __init__(self, parent: JournalWriter):
-        self.parent = parent
+    def __init__(self, parent: "JournalWriter | _ChildJournal"):
+        self.parent: JournalWriter = parent.parent if isinstance(parent, _ChildJournal) else parent
 
     def commit(self, record: dict) -> None:
         self.parent.commit(record)

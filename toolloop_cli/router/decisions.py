@@ -15,9 +15,9 @@ from ._text import as_data, bounded, excerpt, kind_of, one_object, to_json
 from .prompts import Prompts, packaged_prompts
 from .views import Budgets, LoopView, Malformed, Message, Observation
 
-#: bounds on what one turn shows the model of values it did not write itself
+#: bounds on what one turn shows the model of values it did not write itself (the caller's
+#: context is not bounded: it is passed whole, and what bounds a request is the run's token budget)
 ARGS_CHARS = 600
-CONTEXT_CHARS = 8000
 SCHEMA_CHARS = 4000
 
 _KEYS = {
@@ -64,7 +64,9 @@ def router_messages(view: LoopView, prompts: Prompts | None = None) -> list[Mess
 
 
 def show_context(context: Any) -> str:
-    return as_data(bounded(to_json(context), CONTEXT_CHARS))
+    """The caller's context, whole (never cut: the plan's author or the parent's call wrote it for
+    the model), escaped as data."""
+    return as_data(to_json(context))
 
 
 def attr(value: Any) -> str:
