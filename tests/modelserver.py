@@ -38,6 +38,8 @@ class Reply:
     body: Any = None
     #: extra response headers
     headers: dict[str, str] = field(default_factory=dict)
+    #: the content-type header sent
+    content_type: str = "application/json"
     #: the reply waits until this event is set (the server releases every hold when it stops)
     hold: threading.Event | None = None
     #: seconds to wait before replying (prefer ``hold`` in tests)
@@ -148,7 +150,7 @@ class ModelServer:
                     status = reply.status
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", reply.content_type)
                     self.send_header("content-length", str(len(payload)))
                     if reply.retry_after is not None:
                         self.send_header("retry-after", reply.retry_after)

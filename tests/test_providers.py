@@ -118,7 +118,7 @@ def test_connection_refused_is_a_retryable_connection_error():
     provider = make_provider(Profile("openai", "m", base_url=f"http://127.0.0.1:{port}/v1"), env={})
     err = failure(provider)
     assert (err.kind, err.retryable, err.status) == ("connection", True, None)
-    assert f"cannot reach http://127.0.0.1:{port}" in err.message
+    assert err.message == f"the server http://127.0.0.1:{port} refused the connection"
 
 
 def test_no_reply_within_the_timeout_is_a_connection_error(model_server):
@@ -127,14 +127,14 @@ def test_no_reply_within_the_timeout_is_a_connection_error(model_server):
     err = failure(openai(model_server), timeout_s=0.2)
     hold.set()
     assert (err.kind, err.retryable) == ("connection", True)
-    assert "no reply from" in err.message and "within 0.2 s" in err.message
+    assert err.message == f"the server {model_server.url} sent no reply within 0.2 s"
 
 
 @pytest.mark.parametrize("body, words", [
     (b"<html>gateway</html>", "not JSON"),
     ({"choices": []}, "without choices[0].message"),
     ({"choices": [{"message": {"content": None}, "finish_reason": "tool_calls"}]}, "no text (finish_reason: tool_calls)"),
-    ({"choices": [{"message": {"content": "{}"}}]}, "reported no token usage"),
+    ({"choices": [{"message": {"content": "{}"}}], "usage": "lots"}, "sent 'usage' as lots, not an object"),
     ([1, 2], "not an object"),
 ])
 def test_openai_malformed_bodies_are_bad_replies(model_server, body, words):
@@ -179,16 +179,20 @@ def test_anthropic_request_and_reply(model_server):
 def test_anthropic_errors_and_usage(model_server):
     model_server.script(Reply(text="rate limited", status=429, retry_after="3"), Reply(text="overloaded", status=529),
                         Reply(body={"content": [{"type": "text", "text": "{}"}]}),
-                        Reply(body={"content": [], "stop_reason": "max_tokens", "usage": {"input_tokens": 1, "output_tokens": 1}}))
+                        Reply(body={"content": [], "stop_reason": "max_tokens", "usage": {"input_tokens": 1, "output_tokens": 1}}),
+                        Reply(body={"content": [], "stop_reason": "refusal", "usage": {"input_tokens": 1, "output_tokens": 1}}))
     err = failure(anthropic(model_server))
     assert (err.kind, err.retry_after_s, err.retryable) == ("rate_limited", 3.0, True)
     assert "rate limited" in err.message
     err = failure(anthropic(model_server))
     assert (err.kind, err.status, err.retryable) == ("server", 529, True)
+    # no usage at all (some local servers): 0 tokens, and the reply says it reported none
+    assert complete(anthropic(model_server)) == ModelReply("{}", 0, 0, "m-1", usage_reported=False)
     err = failure(anthropic(model_server))
-    assert err.kind == "bad_reply" and "no token usage" in err.message
+    assert err.kind == "bad_reply"
+    assert "no text block (cut off at the output token limit (max_tokens) before it ended)" in err.message
     err = failure(anthropic(model_server))
-    assert err.kind == "bad_reply" and "no text block (stop_reason: max_tokens)" in err.message
+    assert err.kind == "bad_reply" and "no text block (stop_reason: refusal)" in err.message
 
 
 def test_anthropic_needs_max_tokens_and_asks_nothing_without_it(model_server):
@@ -366,3 +370,174 @@ def test_scripted_provider_keeps_requests_and_raises_scripted_errors():
     first, third = trio.run(main)
     assert first == ModelReply("one", 10, 5, "m-1") and third == ModelReply("m-9", 1, 2, "x")
     assert len(provider.requests) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Replies that are not what they say: usage that is not a count, bodies nesting deeply or in a
+# charset they are not written in, replies cut off at the output token limit
+
+
+def openai_reply(usage: object = None, *, text: str = "{}", finish_reason: str = "stop") -> dict:
+    body: dict = {"model": "m-1", "choices": [{"message": {"content": text}, "finish_reason": finish_reason}]}
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def anthropic_reply(usage: object = None, *, text: str = "{}", stop_reason: str = "end_turn") -> dict:
+    body: dict = {"model": "c-1", "content": [{"type": "text", "text": text}], "stop_reason": stop_reason}
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+@pytest.mark.parametrize("make, body, name, shown", [
+    (openai, openai_reply({"prompt_tokens": -5, "completion_tokens": 1}), "prompt_tokens", "-5"),
+    (openai, openai_reply({"prompt_tokens": 1, "completion_tokens": 1e30}), "completion_tokens", "1e+30"),
+    (openai, openai_reply({"prompt_tokens": 1.5, "completion_tokens": 1}), "prompt_tokens", "1.5"),
+    (openai, openai_reply({"prompt_tokens": "12", "completion_tokens": 1}), "prompt_tokens", "12"),
+    (openai, openai_reply({"prompt_tokens": True, "completion_tokens": 1}), "prompt_tokens", "true"),
+    (anthropic, anthropic_reply({"input_tokens": 10, "output_tokens": -1}), "output_tokens", "-1"),
+    (anthropic, anthropic_reply({"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": -100}),
+     "cache_read_input_tokens", "-100"),
+])
+def test_usage_that_is_not_a_count_of_tokens_refuses_the_reply(model_server, make, body, name, shown):
+    """Negative, fractional, textual or boolean usage would be a credit against the budgets."""
+    model_server.script(Reply(body=body))
+    err = failure(make(model_server))
+    assert (err.kind, err.retryable) == ("bad_reply", False)
+    assert err.message == (f"the server {model_server.url} reported usage.{name} = {shown}, which is not a count of"
+                           " tokens (a non-negative integer); the reply is refused")
+
+
+@pytest.mark.parametrize("make, body", [
+    (openai, openai_reply()), (openai, openai_reply({"total_tokens": 9})),
+    (anthropic, anthropic_reply()), (anthropic, anthropic_reply({"output_tokens": 3})),
+])
+def test_a_reply_without_usage_counts_nothing_and_says_so(model_server, make, body):
+    model_server.script(Reply(body=body))
+    reply = complete(make(model_server))
+    assert reply.usage_reported is False and reply.text == "{}"
+
+
+DEEP = b'{"error": ' * 5000 + b'"x"' + b"}" * 5000
+
+
+@pytest.mark.parametrize("make", [openai, anthropic])
+@pytest.mark.parametrize("status, kind", [(500, "server"), (400, "client"), (200, "bad_reply")])
+def test_a_body_nesting_deeply_is_a_provider_error_quoting_its_start(model_server, make, status, kind):
+    model_server.script(Reply(status=status, body=DEEP))
+    err = failure(make(model_server))
+    assert (err.kind, err.status) == (kind, status)
+    said = "answered HTTP 200 with a body that is not JSON: '" if status == 200 else f"answered HTTP {status}: "
+    assert err.message.startswith(f'the server {model_server.url} {said}{{"error": {{"error": ')
+    assert len(err.message) < 300
+
+
+UTF8_OK = json.dumps(openai_reply({"prompt_tokens": 3, "completion_tokens": 4}, text="hi")).encode()
+
+
+@pytest.mark.parametrize("ctype", ["text/plain; charset=utf-16", "application/json; charset=x-no-such-charset"])
+def test_a_body_declared_in_a_charset_it_is_not_written_in(model_server, ctype):
+    """JSON is UTF-8: a body that is, whatever its header says, is read; an error body is quoted."""
+    model_server.script(Reply(body=UTF8_OK, content_type=ctype),
+                        Reply(status=400, body=b'{"error": {"message": "model m-1 not found"}}', content_type=ctype),
+                        Reply(status=503, body=b"\xff\xfe\xd8overloaded\x00!", content_type=ctype),
+                        Reply(status=200, body=b"\xff\xfe\xd8\x00not json at all", content_type=ctype))
+    assert complete(openai(model_server)) == ModelReply("hi", 3, 4, "m-1")
+    err = failure(openai(model_server))
+    assert (err.kind, err.message) == ("client", f"the server {model_server.url} answered HTTP 400: model m-1 not found")
+    err = failure(openai(model_server))
+    assert (err.kind, err.retryable, err.status) == ("server", True, 503)
+    assert err.message.startswith(f"the server {model_server.url} answered HTTP 503: ")
+    err = failure(openai(model_server))
+    assert err.kind == "bad_reply" and "with a body that is not JSON" in err.message
+
+
+def test_a_body_written_in_the_charset_it_declares_is_read(model_server):
+    model_server.script(Reply(body=UTF8_OK.decode().encode("utf-16"), content_type="application/json; charset=utf-16"))
+    assert complete(openai(model_server)) == ModelReply("hi", 3, 4, "m-1")
+
+
+@pytest.mark.parametrize("make, body", [
+    (openai, openai_reply({"prompt_tokens": 3, "completion_tokens": 64}, text='{"action": "fi', finish_reason="length")),
+    (anthropic, anthropic_reply({"input_tokens": 3, "output_tokens": 64}, text='{"action": "fi', stop_reason="max_tokens")),
+])
+def test_a_reply_cut_off_at_the_output_token_limit_says_so(model_server, make, body):
+    model_server.script(Reply(body=body), Reply(body={**body, "choices": [{"message": {"content": None},
+                                                                          "finish_reason": "length"}]}
+                                                if make is openai else {**body, "content": []}))
+    reply = complete(make(model_server))
+    assert reply.cut is True and reply.text == '{"action": "fi'
+    err = failure(make(model_server))
+    assert err.kind == "bad_reply" and "(cut off at the output token limit (max_tokens) before it ended)" in err.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Property-based: whatever a server sends back, a provider gives a reply with counts of tokens
+# or a ProviderError whose message is one bounded line; never another exception
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json_leaf = st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats() | st.text(max_size=20)
+_json = st.recursive(_json_leaf, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                             max_size=3), max_leaves=8)
+_counts = _json | st.integers(-5, 5)
+_usage = st.none() | _json | st.fixed_dictionaries({}, optional={
+    "prompt_tokens": _counts, "completion_tokens": _counts, "input_tokens": _counts, "output_tokens": _counts,
+    "cache_read_input_tokens": _counts})
+_shaped = st.fixed_dictionaries({}, optional={
+    "choices": st.lists(st.fixed_dictionaries({}, optional={
+        "message": st.fixed_dictionaries({}, optional={"content": _json | st.text(max_size=30)}) | _json,
+        "finish_reason": _json}), max_size=2) | _json,
+    "content": st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "tool_use"])},
+                                              optional={"text": _json | st.text(max_size=30)}), max_size=2) | _json,
+    "usage": _usage, "model": _json, "stop_reason": _json, "error": _json | st.fixed_dictionaries({"message": _json})})
+
+
+def _deep(n: int) -> bytes:
+    return b'{"error": ' * n + b"1" + b"}" * n
+
+
+_body = st.one_of(
+    _shaped.map(lambda d: json.dumps(d).encode()),
+    _shaped.map(lambda d: json.dumps(d).encode("utf-16")),
+    st.binary(max_size=64),
+    st.integers(1, 20_000).map(_deep),
+    _json.map(lambda v: json.dumps(v).encode()),
+)
+_reply = st.builds(
+    lambda status, body, ctype, retry_after: Reply(status=status, body=body, content_type=ctype,
+                                                   retry_after=retry_after),
+    st.sampled_from([200, 201, 400, 401, 404, 429, 500, 503, 529]), _body,
+    st.sampled_from(["application/json", "text/plain; charset=utf-16", "application/json; charset=latin-1",
+                     "application/json; charset=no-such", "text/html", "application/json; charset=utf-32"]),
+    st.none() | st.sampled_from(["1", "-1", "nan", "soon", "Tue, 01 Jan 2030 12:00:30 GMT"]))
+
+
+@pytest.fixture(scope="module")
+def shared_server():
+    from modelserver import ModelServer
+
+    server = ModelServer().start()
+    yield server
+    server.stop()
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(reply=_reply, protocol=st.sampled_from(["openai", "anthropic"]))
+def test_any_reply_is_a_counted_reply_or_a_provider_error(shared_server, reply, protocol):
+    shared_server.script(reply)
+    make = openai if protocol == "openai" else anthropic
+    try:
+        got = complete(make(shared_server))
+    except ProviderError as exc:
+        assert exc.kind in ("connection", "rate_limited", "server", "client", "bad_reply")
+        assert "\n" not in exc.message and len(exc.message) < 400
+        assert exc.retry_after_s is None or exc.retry_after_s >= 0
+        return
+    assert isinstance(got.text, str)
+    for n in (got.input_tokens, got.output_tokens):
+        assert type(n) is int and n >= 0

@@ -117,6 +117,8 @@ class SummaryRecord(_Record):
     parent_receipt_id: Optional[str] = None  # child runs
     route: Optional[str] = None  # routed runs
     loop: Optional[LoopRecord] = None  # routed runs
+    # routed runs: why a run that ended other than final or paused ended (kind: the outcome's name)
+    error: Optional[ErrorRecord] = None
 
 
 class DecisionRecord(_Record):
@@ -171,6 +173,7 @@ class ModelAnswerRecord(_Record):
     input_tokens: int = Field(ge=0)
     output_tokens: int = Field(ge=0)
     duration_ms: Optional[float] = None
+    truncated: Optional[bool] = None  # true when the reply stopped at the output token limit
 
 
 class OutputRecord(BaseModel):

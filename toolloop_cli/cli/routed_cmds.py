@@ -93,20 +93,61 @@ def export(
 
 
 def _control(run_id: str, kind: str, message: Optional[str], state_dir: Optional[Path]) -> None:
+    """Record a steer or abort, and say what it will do, or did if the run finished meanwhile."""
     from ..engine.resume import find_run
 
     store = _open_store(state_dir)
     try:
         run = find_run(store, run_id)
+        rid = run["run_id"]
         if kind == "steer" and run["mode"] != "routed":
-            fail(f"run {run['run_id']} is a {run['mode']} run; steer is for routed runs (abort stops any run)", 2)
+            fail(f"run {rid} is a {run['mode']} run; steer is for routed runs (abort stops any run)", 2)
         if run["status"] not in ("running", "stopped"):
-            fail(f"run {run['run_id']} has ended ({run['status']}); there is nothing to {kind}", 1)
-        store.add_control(run["run_id"], kind, message)
+            fail(f"run {rid} has already finished ({_ending(run)}); the {kind} was not recorded", 1)
+        n = store.add_control(rid, kind, message)
+        after = store.get_run(rid) or run
+        read_at = next((c[3] for c in store.controls_after(rid, n) if c[0] == n), None)
     finally:
         store.close()
-    when = "before its next turn" if run["mode"] == "routed" else "at once"
-    sys.stderr.write(f"{kind} recorded for run {run['run_id']}: a running run reads it {when}, a paused one on resume\n")
+    if after["status"] not in ("running", "stopped"):  # it finished while the control was written
+        _finished_meanwhile(after, kind, read_at)
+    sys.stderr.write(f"{kind} recorded for run {rid}: {_what_happens(run, kind)}\n")
+
+
+def _ending(run: dict) -> str:
+    summary = run.get("summary") if isinstance(run.get("summary"), dict) else {}
+    outcome = summary.get("outcome") if summary else None
+    return f"{run['status']}, outcome {outcome}" if outcome else run["status"]
+
+
+def _what_happens(run: dict, kind: str) -> str:
+    rid = run["run_id"]
+    if run["mode"] != "routed":
+        if run["status"] == "stopped":
+            return f"the run is stopped; toolloop resume {rid} reads it and stops it again at once"
+        return "the running batch stops at once, as --halt now would (resumable)"
+    if run["status"] == "stopped":
+        if kind == "steer":
+            return f"the run is paused; the model is shown it on the first turn after toolloop resume {rid}"
+        return f"the run is paused; toolloop resume {rid} reads it and ends the run aborted"
+    if kind == "steer":
+        return ("the running loop shows it to the model at its next turn; if the router has had its last turn,"
+                " a supervisor record says the steer came too late")
+    return ("the running loop reads it before its next model request (a call running then is cancelled) and ends"
+            " aborted; if the run has already made its last model request, it ends as it would have and a"
+            " supervisor record says the abort came too late")
+
+
+def _finished_meanwhile(run: dict, kind: str, read_at: Optional[int]) -> None:
+    rid = run["run_id"]
+    summary = run.get("summary") if isinstance(run.get("summary"), dict) else {}
+    if kind == "abort" and read_at is not None and (summary or {}).get("outcome") == "aborted":
+        sys.stderr.write(f"abort recorded for run {rid}: the run read it and ended aborted\n")
+        return
+    if read_at is not None:
+        fail(f"run {rid} read the {kind} after its last model request and finished ({_ending(run)}) as it would"
+             " have; a supervisor record says it came too late", 1)
+    fail(f"run {rid} finished ({_ending(run)}) before it read the {kind}; nothing changed", 1)
 
 
 def steer(

@@ -281,6 +281,11 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
             except OSError:
                 pass  # the run already said the audit file cannot be written
         store.close()
+    error = result.summary.get("error")
+    if isinstance(error, dict):  # a routed run that did not answer says why, as one line
+        from .._text import escape
+
+        notice(f"run {result.summary['run_id']} ended {error['kind']}: {escape(error['message'])}")
     if result.summary["status"] == "interrupted":
         notice(f"interrupted; resume with: toolloop resume {result.summary['run_id']}")
     elif result.summary["status"] == "stopped":

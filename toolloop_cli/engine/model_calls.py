@@ -5,7 +5,10 @@ answer is reused when it was asked in the same place, by the same role: resume h
 checked that the plan and the contract are the ones the run used; a request's wording still
 differs in what it says of the time left).
 
-Providers make one request each and keep no deadline of their own; this module owns both.
+Providers make one request each and keep no deadline of their own; this module owns both. It
+also says, for a person, which profile failed and why (``ProviderFailed``), and what a reply's
+token usage is worth: a reply that reports none counts 0 tokens, with one warning per run, unless
+the run has a cost budget, whose spend would then be unknown (the reply is refused).
 """
 
 from __future__ import annotations
@@ -27,9 +30,14 @@ MAX_BACKOFF_S = 8.0
 class LoopTimeout(Exception):
     """The loop's deadline passed while a request was waiting (or would wait) for its answer."""
 
+    def __init__(self, role: str):
+        self.role = role
+        super().__init__(f"while waiting for the {role} model")
+
 
 class ProviderFailed(Exception):
-    """A request got no usable answer after its retries; the message says why (never the key)."""
+    """A request got no usable answer after its retries; the message names the profile by its
+    role, the server and the cause (never the key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +61,12 @@ class ModelCalls:
 
     def __init__(self, providers: Mapping[str, Any], *, run_id: str, journal: Callable[[dict], None],
                  recorded: Sequence[dict] = (), rng: Any = None,
-                 on_answer: Callable[..., None] | None = None):
+                 on_answer: Callable[..., None] | None = None,
+                 warn: Callable[[str], None] | None = None):
         import random
 
+        self.warn = warn  # one line for a person (standard error in the CLI)
+        self._warned_usage = False
         # telemetry: (model_answer record, requested model, start in ns, provider=..., error=...);
         # a request that got no answer is reported too, with a record of its n, role and duration
         self.on_answer = on_answer
@@ -67,8 +78,22 @@ class ModelCalls:
         self.rng = rng or random.Random()
         self.count = 0  # requests made (a retried request counts once)
 
+    @property
+    def replaying(self) -> bool:
+        """Whether recorded answers are still being reused (a resumed run not yet where it stopped)."""
+        return bool(self._recorded)
+
+    def will_reuse(self, role: str) -> bool:
+        """Whether the next request, asked by ``role``, takes a recorded answer instead of a model's."""
+        return self._matches(self._next + 1, role)
+
+    def _matches(self, n: int, role: str) -> bool:
+        return bool(self._recorded) and self._recorded[0].get("n") == n and self._recorded[0].get("role") == role
+
     async def ask(self, role: str, profile: Profile, messages: list[dict], *, deadline: float,
-                  max_tokens: int | None) -> Answer:
+                  max_tokens: int | None, turn: int = 0, cost_budget: bool = False) -> Answer:
+        """One request by ``role`` at ``turn`` (for messages). ``cost_budget``: the run counts
+        dollars, so a reply that does not say what it used cannot be accepted."""
         request = ModelRequest(messages=messages, model=profile.model, temperature=profile.temperature,
                                max_tokens=max_tokens, json_mode=True, role=role)
         sha = request.sha256()
@@ -79,8 +104,9 @@ class ModelCalls:
         if reused is not None:
             return reused
         t0, started_ns = time.perf_counter(), time.time_ns()
+        provider = self.providers[role]
         try:
-            reply = await self._with_retries(self.providers[role], request, deadline)
+            reply = await self._with_retries(provider, request, deadline, role, turn)
         except (ProviderFailed, LoopTimeout) as exc:
             if self.on_answer is not None:
                 failed = {"n": n, "role": role, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)}
@@ -89,50 +115,69 @@ class ModelCalls:
                 self.on_answer(failed, profile.model, started_ns, provider=profile.provider, error=error)
             raise
         duration_ms = round((time.perf_counter() - t0) * 1000, 3)
+        if not reply.usage_reported:
+            self._no_usage(role, provider, cost_budget)
         record = {
             "type": "model_answer", "run_id": self.run_id, "n": n, "role": role, "model": reply.model,
             "request_sha256": sha, "text": reply.text, "input_tokens": reply.input_tokens,
             "output_tokens": reply.output_tokens, "duration_ms": duration_ms,
         }
+        if reply.cut:
+            record["truncated"] = True
         self.journal(record)
         if self.on_answer is not None:
             self.on_answer(record, profile.model, started_ns, provider=profile.provider)
         return Answer(n, role, reply, duration_ms, False)
 
+    def _no_usage(self, role: str, provider: Any, cost_budget: bool) -> None:
+        server = getattr(provider, "server", None)
+        who = f"the server {server}" if server else "the provider"
+        if cost_budget:
+            raise ProviderFailed(f"{role} profile: {who} reported no token usage, so the reply's cost cannot be"
+                                 " known and the run has a cost budget (max_cost_usd); the reply is refused")
+        if not self._warned_usage and self.warn is not None:
+            self._warned_usage = True
+            self.warn(f"{role} profile: {who} reports no token usage; its replies count 0 tokens"
+                      " against max_tokens")
+
     def _reuse(self, n: int, role: str) -> Answer | None:
         if not self._recorded:
             return None
-        rec = self._recorded[0]
-        if rec.get("n") != n or rec.get("role") != role:
+        if not self._matches(n, role):
             self._recorded = []  # the run went another way: from here on, the models answer anew
             return None
-        self._recorded.pop(0)
-        reply = ModelReply(rec["text"], rec["input_tokens"], rec["output_tokens"], rec["model"])
+        rec = self._recorded.pop(0)
+        reply = ModelReply(rec["text"], rec["input_tokens"], rec["output_tokens"], rec["model"],
+                           cut=rec.get("truncated") is True)
         return Answer(n, role, reply, float(rec.get("duration_ms") or 0.0), True)
 
-    async def _with_retries(self, provider: Any, request: ModelRequest, deadline: float) -> ModelReply:
+    async def _with_retries(self, provider: Any, request: ModelRequest, deadline: float, role: str,
+                            turn: int) -> ModelReply:
         tries = 0
         while True:
             tries += 1
             left = deadline - trio.current_time()
             if left <= 0:
-                raise LoopTimeout()
+                raise LoopTimeout(role)
             try:
                 with trio.move_on_at(deadline):
                     return await provider.complete(request, left)
-                raise LoopTimeout()
+                raise LoopTimeout(role)
             except ProviderError as exc:
                 if not exc.retryable or tries >= MAX_TRIES:
-                    raise ProviderFailed(_failure_text(exc, tries)) from None
+                    raise ProviderFailed(failure_text(exc, role, turn, tries)) from None
                 delay = exc.retry_after_s
                 if delay is None:
                     delay = min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (tries - 1)) * (0.5 + self.rng.random() / 2)
                 if trio.current_time() + delay >= deadline:
-                    raise LoopTimeout() from None  # retries stop at the loop's deadline
+                    raise LoopTimeout(role) from None  # retries stop at the loop's deadline
                 await trio.sleep(delay)
 
 
-def _failure_text(exc: ProviderError, tries: int) -> str:
-    status = f" (HTTP {exc.status})" if exc.status else ""
-    after = f" after {tries} tries" if tries > 1 else ""
-    return f"{exc.kind}{status}{after}: {exc.message}"
+def failure_text(exc: ProviderError, role: str, turn: int, tries: int) -> str:
+    """Why a request failed, for a person: the profile by its role, then the provider's own words
+    (the server by scheme, host and port, and the cause)."""
+    if exc.exhausted:
+        return f"{role} profile: fixture exhausted at turn {turn} ({exc.message})"
+    after = f" ({tries} tries)" if tries > 1 else ""
+    return f"{role} profile: {exc.message}{after}"

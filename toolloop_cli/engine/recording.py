@@ -25,6 +25,27 @@ class Recording:
     offline: bool = False  # replay: every tool result from the recording
     execute_writes: bool = False  # replay: run write and destructive tools again too
 
+    def kept_receipt(self, seq: int, tool: object) -> dict | None:
+        """On resume, the settled receipt the call keeps instead of running again: not one that
+        was cancelled, nor what ``--retry-failed`` / ``--retry-interrupted`` run again."""
+        if self.replay:
+            return None
+        rec = self.receipts.get(seq)
+        if rec is None or rec["tool"] != getattr(tool, "id", None) or rec["status"] == "cancelled":
+            return None
+        status = rec["status"]
+        if self.retry_failed and status in ("error", "timeout", "invalid_output"):
+            return None
+        if self.retry_interrupted and status == "interrupted":
+            return None
+        return rec
+
+    def write_in_flight(self, seq: int, tool: object) -> bool:
+        """On resume, whether an at-most-once write had started with no receipt (the process
+        died): it is reported ``interrupted`` rather than run again, unless --retry-interrupted."""
+        return (not self.replay and not self.retry_interrupted and seq in self.started
+                and bool(getattr(tool, "at_most_once", False)))
+
     def replayed_receipt(self, seq: int, tool: object) -> dict | None:
         """On replay, the recorded receipt a call takes instead of running: every call offline,
         else writes (unless ``execute_writes``), gated calls (their recorded answer is reused)

@@ -11,16 +11,19 @@ executors and settlement as every other call, and asks the final profile for the
    ``over_budget``, ``malformed``) is not executed and becomes an observation;
 4. a call passes the run-time gates (approval) and runs; its receipt carries the iteration;
 5. the redacted result goes through the observation guardrails and becomes an observation;
-6. supervisor rules and the judge look at the run; operators' steer and abort are read.
+6. supervisor rules and the judge look at the run; operators' steer and abort are read before
+   every model request (and an abort while a call runs, which cancels it).
 
 A resumed run replays its journal: recorded model answers are reused and settled receipts kept,
 so the loop reaches the turn where it stopped with the budgets it had left.
+
+However the loop ends, a call still running gets its receipt before the summary (``endings.py``),
+and an ending other than ``final`` or ``paused`` says why in the summary's ``error``.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -34,69 +37,30 @@ from ..router.observations import observe_masked, observe_receipt, observe_rejec
 from ..router.views import Budgets, LoopView, Malformed, Observation, Step
 from .call import execute_call, not_run_receipt
 from .child_runs import ChildPaused
+from .endings import InFlight, budget_why, cut_short_receipt, error_of, quoted, timeout_why
 from .gates import Refuse, Wait, check_call
+from ..providers.base import CUT
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
 from .guardrails import check_final as guard_final
 from .guardrails import check_observation
 from .redact import RunSecrets, scrub_record
 from .session import RunnerEnd, RunSession
+from .loopstate import LoopState
 from .supervision import Supervision
 
 #: replies in a row that hold no valid decision before the loop ends ``malformed_output``
 MALFORMED_LIMIT = 3
 
 
-@dataclass
-class LoopState:
-    """The routed runner's state: what the summary's ``loop`` reports."""
-
-    iterations: int = 0
-    tool_calls: int = 0
-    tokens_in: int = 0
-    tokens_out: int = 0
-    cost_usd: float | None = None
-    rejections: dict[str, int] = field(default_factory=dict)
-    per_tool: dict[str, dict[str, int]] = field(default_factory=dict)
-    by_part: dict[str, dict[str, Any]] = field(default_factory=dict)
-    seconds_used: float = 0.0  # before this session (a resumed run)
-
-    @property
-    def tokens(self) -> int:
-        return self.tokens_in + self.tokens_out
-
-    def charge(self, part: str, input_tokens: int, output_tokens: int, cost: float | None) -> None:
-        self.tokens_in += input_tokens
-        self.tokens_out += output_tokens
-        spent = self.by_part.setdefault(part, {"tokens": 0, "cost_usd": None})
-        spent["tokens"] += input_tokens + output_tokens
-        if cost is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + cost
-            spent["cost_usd"] = (spent["cost_usd"] or 0.0) + cost
-
-    def ran(self, tool: str, status: str) -> None:
-        counts = self.per_tool.setdefault(tool, {"calls": 0, "ok": 0, "failed": 0})
-        counts["calls"] += 1
-        counts["ok" if status == "ok" else "failed"] += 1
-
-    def summary(self, model_calls: int) -> dict:
-        parts = {p: self.by_part.get(p, {"tokens": 0, "cost_usd": None}) for p in ("router", "final", "judge", "children")}
-        return {
-            "iterations": self.iterations, "tool_calls": self.tool_calls, "model_calls": model_calls,
-            "tokens": {"input": self.tokens_in, "output": self.tokens_out},
-            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
-            "rejections": dict(sorted(self.rejections.items())),
-            "per_tool": {k: self.per_tool[k] for k in sorted(self.per_tool)},
-            "by_part": parts,
-        }
-
-
 class _End(Exception):
-    """The loop ends with this outcome (and, for ``final``, the validated answer)."""
+    """The loop ends with this outcome (and, for ``final``, the validated answer); ``why`` says
+    why in a person's words (the summary's ``error``)."""
 
-    def __init__(self, outcome: str, final: Any = None):
+    def __init__(self, outcome: str, final: Any = None, why: str | None = None):
         self.outcome = outcome
         self.final = final
+        self.why = why
 
 
 class RoutedRunner:
@@ -124,6 +88,10 @@ class RoutedRunner:
         #: (iteration, rule) of the supervisor pauses a resumed run already stopped at
         self.resumed_pauses: set[tuple[int, str]] = set(recording.pauses) if recording is not None else set()
         self.supervision = Supervision(self)
+        self._current: InFlight | None = None  # the call between its gate and its receipt
+        self._started: set[int] = set()  # seqs of calls whose first attempt began
+        self._scope: trio.CancelScope | None = None
+        self._unsynced = False  # records handed to the journal since the last sync
 
     # -- the journal -----------------------------------------------------------------------------
 
@@ -166,48 +134,98 @@ class RoutedRunner:
         else:
             providers = self.spec.make_providers(self.env)
         self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
-                                 rng=session.ctx.services.rng,
+                                 rng=session.ctx.services.rng, warn=session.options.on_warning,
                                  on_answer=session.telemetry.chat if session.telemetry is not None else None)
+        self._note_starts(session)
+        settlement = session.settlement
+        settlement.observers.append(self._handed)  # type: ignore[union-attr]
+        settlement.record_observers.append(self._handed)  # type: ignore[union-attr]
         budget = self.spec.budget
         self.deadline = trio.current_time() + max(0.0, budget.timeout_s - self.state.seconds_used)
         self.t0 = trio.current_time()
-        outcome, final = "timeout", None
+        outcome, final, why = "timeout", None, None
         try:
             with trio.CancelScope(deadline=self.deadline) as scope:
+                self._scope = scope
                 session.state.in_flight.add(scope)  # a signal cancels the loop
                 try:
-                    outcome, final = await self._loop()
+                    outcome, final, why = await self._loop()
                 finally:
                     session.state.in_flight.discard(scope)
             if session.state.interrupted:
                 outcome, final = None, None  # a signal: the run is resumable, no outcome yet
+            elif self.supervision.aborted is not None:  # an operator's abort while a call ran
+                outcome, final, why = "aborted", None, self.supervision.aborted
+            elif scope.cancelled_caught:  # the deadline, outside a model request
+                why = timeout_why(self.spec.budget)
+            if self._current is not None:  # the loop ended while a call ran: cancelled, it gets its receipt
+                why = self._cut_short(outcome, why)
         finally:
             with trio.CancelScope(shield=True):
                 for p in providers.values():
                     await p.aclose()
+        if outcome not in (None, "paused"):
+            self.supervision.late_controls(outcome)
         session.store.set_total_calls(session.run_id, self.seq)
-        return self._end(outcome, final)
+        return self._end(outcome, final, why)
 
-    def _end(self, outcome: str | None, final: Any) -> RunnerEnd:
+    def _note_starts(self, session: RunSession) -> None:
+        """Remember which calls began their first attempt: a write cut short after that may have
+        happened (``interrupted``), one cut short before it did not (``cancelled``)."""
+        services = session.ctx.services
+        inner = services.before_start
+
+        def before_start(info: tuple) -> None:
+            self._started.add(info[0])
+            if inner is not None:
+                inner(info)
+
+        services.before_start = before_start
+
+    def _cut_short(self, outcome: str | None, why: str | None) -> str | None:
+        """Settle the receipt of the call the loop's end cancelled; returns the run's ``why``."""
+        call, self._current = self._current, None
+        assert call is not None
+        if outcome is None:
+            how = "the run was interrupted by a signal"
+        elif outcome == "aborted":
+            how = "an operator aborted the run"
+        else:
+            how = timeout_why(self.spec.budget)
+        receipt = cut_short_receipt(self.session.ctx, call, started=call.seq in self._started, why=how)
+        self.session.settlement.settle(receipt)  # type: ignore[union-attr]
+        self._count(call.tool, call.args, receipt)
+        if outcome == "timeout":
+            return f"{how} while '{call.tool.id}' was running (its receipt is {receipt.status})"
+        return why
+
+    def _end(self, outcome: str | None, final: Any, why: str | None = None) -> RunnerEnd:
         status = {"final": "ok", "paused": "stopped", None: "interrupted"}.get(outcome, "failed")
         summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
-                   "loop": self.state.summary(self.models.count)}
+                   "loop": self.state.summary(self.models.count),
+                   "error": error_of(outcome, self.scrubbed(why) if why else why)}
         if self.contract_changed:
             summary["contract_changed"] = True
         return RunnerEnd(stopped=outcome == "paused", status=status, summary=summary)
 
-    async def _loop(self) -> tuple[str, Any]:
+    async def _loop(self) -> tuple[str, Any, str | None]:
         try:
             while True:
                 self._check_budgets(before_router=True)
                 await self._turn()
         except _End as end:
-            return end.outcome, end.final
-        except LoopTimeout:
-            return "timeout", None
+            return end.outcome, end.final, end.why
+        except LoopTimeout as exc:
+            return "timeout", None, timeout_why(self.spec.budget, str(exc))
         except ProviderFailed as exc:
-            self.session.ctx.emit_audit("provider_failed", error=self._secrets.text(str(exc)))
-            return "provider_error", None
+            message = self.scrubbed(str(exc))
+            self.session.ctx.emit_audit("provider_failed", error=message)
+            return "provider_error", None, message
+
+    def cancel_loop(self) -> None:
+        """End the loop at once (an operator's abort read while a call runs)."""
+        if self._scope is not None:
+            self._scope.cancel()
 
     def seconds_spent(self) -> float:
         return self.state.seconds_used + (trio.current_time() - self.t0)
@@ -228,9 +246,10 @@ class RoutedRunner:
     def _check_budgets(self, *, before_router: bool) -> None:
         b, s = self.spec.budget, self.state
         if before_router and s.iterations >= b.max_iterations:
-            raise _End("max_iterations")
+            raise _End("max_iterations", why=f"the router took its {b.max_iterations} turns (max_iterations)"
+                                             " without a final answer")
         if s.tokens >= b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) >= b.max_cost_usd):
-            raise _End("budget_exceeded")
+            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
 
     def _overspent(self) -> bool:
         b, s = self.spec.budget, self.state
@@ -251,16 +270,24 @@ class RoutedRunner:
                         observations=tuple(self.observations), budgets=self.budgets(), steer=tuple(self.steer),
                         outcomes=spec.outcomes)
 
+    def _handed(self, _record: Any) -> None:
+        self._unsynced = True
+
     async def ask(self, role: str, messages: list[dict]) -> Any:
         # what the model is about to be told is in the journal first: a resume never runs again
         # a call whose result a recorded answer has seen
-        await trio.to_thread.run_sync(self.session.journal.sync)
+        if self._unsynced:
+            self._unsynced = False
+            await trio.to_thread.run_sync(self.session.journal.sync)
         profile = self.spec.profiles()[role]
         left = self.tokens_left()
-        if left <= 0 or self.cost_left() == 0.0:  # a parent's budget spent by its children ends a child
-            raise _End("budget_exceeded")
+        cost_left = self.cost_left()
+        if left <= 0 or cost_left == 0.0:  # a parent's budget spent by its children ends a child
+            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
         cap = min(profile.max_output_tokens, left) if profile.max_output_tokens else left
-        answer = await self.models.ask(role, profile, messages, deadline=self.deadline, max_tokens=cap)
+        turn = self.state.iterations + 1 if role == "router" else self.state.iterations
+        answer = await self.models.ask(role, profile, messages, deadline=self.deadline, max_tokens=cap, turn=turn,
+                                       cost_budget=cost_left is not None)
         r = answer.reply
         cost = profile.price.cost(r.input_tokens, r.output_tokens) if profile.price is not None else None
         self.state.charge(role, r.input_tokens, r.output_tokens, cost)
@@ -298,8 +325,10 @@ class RoutedRunner:
         return True
 
     async def _turn(self) -> None:
-        if self.supervision.read_controls(self.state.iterations + 1) is not None:
-            raise _End("aborted")
+        turn = self.state.iterations + 1
+        why = self.supervision.read_controls(turn, live=not self.models.will_reuse("router"))
+        if why is not None:
+            raise _End("aborted", why=why)
         view = self._view()
         self.steer = []
         answer = await self.ask("router", router_messages(view, self.spec.prompts))
@@ -308,26 +337,29 @@ class RoutedRunner:
         await self._decide(it, answer)
         ended = await self.supervision.after_turn(it)
         if ended is not None:
-            raise _End(ended)
+            raise _End(ended[0], why=ended[1])
 
     async def _decide(self, it: int, answer: Any) -> None:
         decision = parse_decision(answer.reply.text)
+        if isinstance(decision, Malformed) and answer.reply.cut:
+            decision = Malformed(f"the reply was {CUT}; {decision.why}")
         if isinstance(decision, Decision) and decision.action == "call":
             self.supervision.proposed(decision.tool, sha256_of(decision.args) if decision.args is not None else None)
         if self._overspent():
             self._record_decision(it, decision, answer, rejected=None)
-            raise _End("budget_exceeded")
+            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
         if isinstance(decision, Malformed):
             self.supervision.step(Step(it, "malformed", reason=decision.why))
             self._reject(it, decision, answer, None, "malformed", decision.why)
             self._malformed += 1
             if self._malformed >= MALFORMED_LIMIT:
-                raise _End("malformed_output")
+                raise _End("malformed_output", why=f"the router model's reply held no valid decision {MALFORMED_LIMIT}"
+                                                   f" times in a row; the last: {quoted(decision.why)}")
             return
         self._malformed = 0
         if decision.action == "abort":
             self._record_decision(it, decision, answer, rejected=None)
-            raise _End("aborted")
+            raise _End("aborted", why=f"the router model gave up: {quoted(decision.reason)}")
         if decision.action == "final":
             self._record_decision(it, decision, answer, rejected=None)
             raise _End("final", await self._closeout())
@@ -372,7 +404,8 @@ class RoutedRunner:
         key = (kind, tool, sha256_of(decision.args) if isinstance(decision, Decision) else None,
                decision.action if isinstance(decision, Decision) else None)
         if key == self._last_rejected and kind != "malformed":
-            raise _End("duplicate_action")
+            raise _End("duplicate_action", why=f"the router model proposed the same rejected action twice in a row"
+                                                f" ({kind}: {quoted(why)})")
         self._last_rejected = key
 
     async def _call(self, it: int, decision: Decision, answer: Any) -> None:
@@ -386,11 +419,6 @@ class RoutedRunner:
         tool = self._tool(decision.tool)
         args = decision.args or {}
         receipt = await self._receipt(it, tool, args, withheld=withheld)
-        self.ran.add((tool.id, sha256_of(args)))
-        self.state.tool_calls += 1
-        self.state.ran(tool.id, receipt.status)
-        if receipt.attempts > 0 or receipt.cache == "hit":
-            self.supervision.ran(tool.effect)
         observation = await self._observe(it, tool.id, receipt)
         self.observations.append(observation)
         self.supervision.step(Step(it, "call", tool.id, receipt.args, decision.reason, observation))
@@ -407,29 +435,53 @@ class RoutedRunner:
             return observe_masked(it, tool, receipt.status, acts[-1].value, args=receipt.args)
         return observe_receipt(it, tool, receipt.status, value, args=receipt.args)
 
+    def _count(self, tool: Any, args: dict, receipt: Receipt) -> None:
+        """A settled (or kept) receipt of this loop, counted where the summary's ``loop`` looks."""
+        self.ran.add((tool.id, sha256_of(args)))
+        self.state.tool_calls += 1
+        self.state.ran(tool.id, receipt.status)
+        if receipt.attempts > 0 or receipt.cache == "hit":
+            self.supervision.ran(tool.effect)
+
     async def _receipt(self, it: int, tool: Any, args: dict, *, withheld: bool = False) -> Receipt:
         """The call's receipt: kept from the journal (resume), or from the gates and the call;
         ``interrupted`` when its arguments held a redacted value the journal withheld."""
-        session, ctx = self.session, self.session.ctx
-        seq, call_key = self.seq, str(it)
+        session = self.session
+        seq = self.seq
         kept = self._kept(seq, tool)
         if kept is not None:
             self.seq += 1
             session.settlement.keep(kept)  # type: ignore[union-attr]
+        else:
+            kept = self._replayed(seq, tool, it)
+            if kept is not None:
+                self.seq += 1
+                session.settlement.settle(kept)  # type: ignore[union-attr]
+        if kept is not None:
+            self._count(tool, args, kept)
             return kept
-        copied = self._replayed(seq, tool, it)
-        if copied is not None:
-            self.seq += 1
-            session.settlement.settle(copied)  # type: ignore[union-attr]
-            return copied
         if withheld:
             self.seq += 1
-            receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
+            receipt = not_run_receipt(session.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
                                       status="interrupted", message=(
                                           "its arguments held a value the model proposed for a redacted field, which"
                                           " the journal never stores, so the call cannot be rebuilt from it"))
             session.settlement.settle(receipt)  # type: ignore[union-attr]
+            self._count(tool, args, receipt)
             return receipt
+        if not self.models.replaying and self.supervision.abort_waiting():
+            # an abort that came while the model proposed this call: the call does not start
+            why = self.supervision.read_controls(it + 1, live=True, iteration=it)
+            if why is not None:
+                raise _End("aborted", why=why)
+        receipt = await self._run_gated(it, tool, args)
+        return receipt
+
+    async def _run_gated(self, it: int, tool: Any, args: dict) -> Receipt:
+        """The gates, then the call; its receipt settled and counted before anything else can end
+        the loop (an abort read while it runs cancels it, and ``_cut_short`` gives it its receipt)."""
+        session, ctx = self.session, self.session.ctx
+        seq, call_key = self.seq, str(it)
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
         if isinstance(verdict, Wait):
             session.state.paused.append((None, call_key, None))
@@ -445,13 +497,29 @@ class RoutedRunner:
                                           "this write was in flight when the run stopped, so it may or may not have"
                                           " happened; run it again on purpose with --retry-interrupted"))
         else:
-            try:
-                receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
-                                                           call_key=call_key, iteration=it, approval=verdict.approval)
-            except ChildPaused as paused:  # a child run waits for a person: so does this loop
+            self._current = InFlight(it, tool, verdict.args, seq, verdict.approval)
+            paused = None
+            async with trio.open_nursery() as nursery:
+                if not self.models.replaying:
+                    nursery.start_soon(self.supervision.watch_for_abort, it)
+                try:
+                    receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
+                                                               call_key=call_key, iteration=it,
+                                                               approval=verdict.approval)
+                except ChildPaused as exc:  # a child run waits for a person: so does this loop
+                    paused = exc
+                else:  # settled before the nursery closes: an abort read now cannot lose it
+                    self._current = None
+                    session.settlement.settle(receipt)  # type: ignore[union-attr]
+                    self._count(tool, args, receipt)
+                nursery.cancel_scope.cancel()
+            if paused is not None:
+                self._current = None
                 session.state.paused.append((None, call_key, paused.child_run_id))
-                raise _End("paused") from None
+                raise _End("paused")
+            return receipt
         session.settlement.settle(receipt)  # type: ignore[union-attr]
+        self._count(tool, args, receipt)
         return receipt
 
     def _replayed(self, seq: int, tool: Any, it: int) -> Receipt | None:
@@ -466,22 +534,11 @@ class RoutedRunner:
                                     "completion_seq": ctx.sequence.next_completion(), "iteration": it})
 
     def _kept(self, seq: int, tool: Any) -> Receipt | None:
-        if self.recording is None or self.recording.replay:
-            return None
-        rec = self.recording.receipts.get(seq)
-        if rec is None or rec["tool"] != tool.id or rec["status"] == "cancelled":
-            return None
-        status = rec["status"]
-        if self.recording.retry_failed and status in ("error", "timeout", "invalid_output"):  # type: ignore[union-attr]
-            return None
-        if self.recording.retry_interrupted and status == "interrupted":  # type: ignore[union-attr]
-            return None
-        return Receipt.from_record(rec)
+        rec = self.recording.kept_receipt(seq, tool) if self.recording is not None else None
+        return Receipt.from_record(rec) if rec is not None else None
 
     def _in_flight_write(self, seq: int, tool: Any) -> bool:
-        rec = self.recording
-        return (rec is not None and not rec.replay and not rec.retry_interrupted and seq in rec.started
-                and tool.at_most_once)
+        return self.recording is not None and self.recording.write_in_flight(seq, tool)
 
     def _shown_args(self, decision: Decision | Malformed) -> Any:
         if not isinstance(decision, Decision) or decision.args is None:
@@ -539,28 +596,46 @@ class RoutedRunner:
     # -- closeout ----------------------------------------------------------------------------------
 
     async def _closeout(self) -> Any:
-        """The final profile writes the answer from the evidence; one repair, then parse_error."""
+        """The final profile writes the answer from the evidence; one repair, then parse_error.
+        Operators' controls are read before each of its requests: an abort there is honoured."""
         self._check_budgets(before_router=False)
+        self._controls_before_final()
         spec = self.spec
         messages = final_messages(self._view(), spec.final_schema, spec.prompts)
         answer = await self.ask("final", messages)
         if self._overspent():
-            raise _End("budget_exceeded")
+            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
         final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
         if errors is None:
             return await self._guard_final(final)
+        errors = self._if_cut(answer, errors)
         self._check_budgets(before_router=False)
+        self._controls_before_final()
         answer = await self.ask("final", repair_messages(messages, answer.reply.text, errors, spec.prompts))
         if self._overspent():
-            raise _End("budget_exceeded")
+            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
         final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
         if errors is None:
             return await self._guard_final(final)
-        raise _End("parse_error")
+        errors = self._if_cut(answer, errors)
+        raise _End("parse_error", why="the final answer failed its checks after one repair: "
+                                      + quoted("; ".join(errors)))
+
+    def _controls_before_final(self) -> None:
+        it = self.state.iterations
+        why = self.supervision.read_controls(it, live=not self.models.will_reuse("final"), shown=False)
+        if why is not None:
+            raise _End("aborted", why=why)
+
+    @staticmethod
+    def _if_cut(answer: Any, errors: list[str]) -> list[str]:
+        """A reply that stopped at the output token limit says so first: its flaws may be only that."""
+        return [f"the reply was {CUT}", *errors] if answer.reply.cut else errors
 
     async def _guard_final(self, final: Any) -> Any:
         act = await guard_final(self.spec.final_guards, final)
         if act is not None:
             self._record_guard(self.state.iterations, act.guard, None, act.action, act.reason)
-            raise _End("guardrail_violation")
+            raise _End("guardrail_violation", why=f"the final-answer guard {act.guard} blocked the answer: "
+                                                  f"{quoted(act.reason or 'blocked')}")
         return final

@@ -66,6 +66,8 @@ class RunOptions:
     labels: dict[str, str] | None = None
 
     order: str = "input"  # input | completion (run --order)
+    # the event loop's clock: None for the real one (trio.testing.MockClock makes timeout tests instant)
+    clock: Any = None
 
     def journal_form(self) -> dict:
         return {
@@ -338,7 +340,7 @@ class RunSession:
         store_error: sqlite3.Error | None = None
         try:
             try:
-                trio.run(main)
+                trio.run(main, clock=self.options.clock)
             except* sqlite3.Error as group:  # a start marker or the cache could not be written
                 store_error = _first(group)
         finally:

@@ -1,22 +1,35 @@
 """People and rules in charge of a routed run: supervisor rules and the judge after each turn, and
-operators' steer and abort read from the journal before each turn.
+operators' steer and abort read from the journal before each model request and, for an abort,
+while a call runs.
 
 Every rule hit, verdict, judge error and operator action is a ``supervisor`` record. What it does:
 ``abort`` ends the loop (outcome ``aborted``), ``pause`` ends it resumable (outcome ``paused``),
-``steer`` adds a message to the next turn, ``continue`` (a judge's verdict) does nothing.
+``steer`` adds a message to the next turn, ``continue`` (a judge's verdict) does nothing. A
+control that arrives after the run's last model request is recorded as having come too late.
+
+An ending is ``(outcome, why)``: ``why`` is the summary's ``error.message`` for a person.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from ..router.judge import judge_messages, parse_verdict
 from ..router.supervisor import SupervisorState, check_rules
 from ..router.views import Malformed, Step, Trajectory, Usage
+from ..providers.base import CUT
+from .endings import quoted
 from .model_calls import ProviderFailed
 
 if TYPE_CHECKING:
     from .routed import RoutedRunner
+
+#: how often a running call looks for an operator's abort in the journal
+CONTROL_POLL_S = 0.2
+
+Ending = tuple[str, str]
 
 
 class Supervision:
@@ -30,6 +43,7 @@ class Supervision:
         self.effects_run: dict[str, int] = {}
         self.steps: list[Step] = []
         self.controls_seen = 0
+        self.aborted: str | None = None  # why, when an operator's abort ended the loop while a call ran
 
     # -- what the runner tells it ------------------------------------------------------------
 
@@ -45,25 +59,69 @@ class Supervision:
 
     # -- operators ---------------------------------------------------------------------------
 
-    def read_controls(self, iteration: int) -> str | None:
-        """Steer and abort written by ``toolloop steer`` / ``abort`` since the last turn: steer
-        messages go to the next turn; returns ``"aborted"`` when an operator aborted."""
+    def read_controls(self, turn: int, *, live: bool, iteration: int | None = None, shown: bool = True) -> str | None:
+        """Steer and abort written by ``toolloop steer`` / ``abort`` since the last read: a steer goes
+        to turn ``turn``; returns why the run is aborted, or None.
+
+        ``turn`` is also where a resumed run applies again a control its journal says it read. A
+        control not read yet is left while a resumed run still replays recorded answers (``live``
+        False): it arrived while the run was paused, and the first turn a model really answers is
+        the one that must see it. ``iteration`` is the turn the record is written at (default
+        ``turn``); ``shown`` False where no turn follows to show a steer at (closeout)."""
         runner = self.runner
         store, run_id = runner.session.store, runner.session.run_id
-        ended = None
+        at = turn if iteration is None else iteration
         for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
-            if consumed_at is not None and consumed_at > iteration:
+            if consumed_at is not None and consumed_at > turn:
                 break  # read at a later turn of the run this resume replays
+            if consumed_at is None and not live:
+                break
             self.controls_seen = n + 1
             if consumed_at is None:
-                store.consume_control(run_id, n, iteration)
-            if kind == "steer":
+                store.consume_control(run_id, n, turn)
+            if kind == "steer" and shown:
                 runner.steer.append(message)
-                runner.record_supervisor(iteration, "operator", "steer", message)
+                runner.record_supervisor(at, "operator", "steer", message)
+            elif kind == "steer":
+                runner.record_supervisor(at, "operator", "steer", f"{message} (arrived after the router's last turn:"
+                                                                 " not shown to the model)")
             else:
-                runner.record_supervisor(iteration, "operator", "abort", message or "aborted by an operator")
-                ended = "aborted"
-        return ended
+                runner.record_supervisor(at, "operator", "abort", message or "aborted by an operator")
+                return "aborted by an operator" + (f": {runner.scrubbed(message)}" if message else "")
+        return None
+
+    def abort_waiting(self) -> bool:
+        """Whether an operator's abort is in the journal, not read yet."""
+        runner = self.runner
+        return any(kind == "abort" and consumed_at is None for _n, kind, _m, consumed_at
+                   in runner.session.store.controls_after(runner.session.run_id, self.controls_seen))
+
+    async def watch_for_abort(self, iteration: int) -> None:
+        """While the call of turn ``iteration`` runs: an operator's abort ends the loop at once,
+        cancelling the call (the runner gives it its receipt)."""
+        while True:
+            if self.abort_waiting():
+                why = self.read_controls(iteration + 1, live=True, iteration=iteration)
+                if why is not None:
+                    self.aborted = why
+                    self.runner.cancel_loop()
+                    return
+            await trio.sleep(CONTROL_POLL_S)
+
+    def late_controls(self, outcome: str) -> None:
+        """Controls that arrived after the run's last model request: the run ended as it would
+        have, and each is recorded as having come too late (so nothing an operator sent vanishes)."""
+        runner = self.runner
+        store, run_id = runner.session.store, runner.session.run_id
+        it = runner.state.iterations
+        for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
+            self.controls_seen = n + 1
+            if consumed_at is not None:
+                continue
+            store.consume_control(run_id, n, it)
+            said = message or ("aborted by an operator" if kind == "abort" else "")
+            runner.record_supervisor(it, "operator", kind, f"{said} (arrived after the run's last model request;"
+                                                           f" the run ended {outcome} as it would have)")
 
     # -- rules and the judge -----------------------------------------------------------------
 
@@ -80,8 +138,8 @@ class Supervision:
             out["cost"] = (s.cost_usd or 0.0) / b.max_cost_usd
         return out
 
-    async def after_turn(self, iteration: int) -> str | None:
-        """Rules, then the judge when due; returns the outcome that ends the loop, or None."""
+    async def after_turn(self, iteration: int) -> Ending | None:
+        """Rules, then the judge when due; returns how the loop ends, or None."""
         if self.spec is None:
             return None
         state = SupervisorState(iteration=iteration, proposals=dict(self.proposals), effects_run=dict(self.effects_run),
@@ -96,20 +154,24 @@ class Supervision:
             return await self._judge(iteration, judge)
         return None
 
-    def _act(self, iteration: int, rule: str, action: str, reason: str) -> str | None:
+    def _act(self, iteration: int, rule: str, action: str, reason: str) -> Ending | None:
         self.runner.record_supervisor(iteration, rule, action, reason)
         if action == "abort":
-            return "aborted"
+            who = "the judge" if rule == "judge" else f"the supervisor rule {rule}"
+            return "aborted", f"{who} aborted the run: {quoted(reason)}"
         if action == "pause":
             # a resumed run passes the pause it was resumed from
-            return None if (iteration, rule) in self.runner.resumed_pauses else "paused"
+            return None if (iteration, rule) in self.runner.resumed_pauses else ("paused", reason)
         if action == "steer":
             self.runner.steer.append(self.spec.steer_message or reason)  # type: ignore[union-attr]
         return None
 
-    async def _judge(self, iteration: int, judge: Any) -> str | None:
+    async def _judge(self, iteration: int, judge: Any) -> Ending | None:
         r = self.runner
         s = r.state
+        why = self.read_controls(iteration + 1, live=not r.models.will_reuse("judge"), iteration=iteration)
+        if why is not None:  # operators are read before every model request, the judge's too
+            return "aborted", why
         trajectory = Trajectory(goal=r.spec.goal, steps=tuple(self.steps),
                                 used=Usage(s.iterations, s.tokens, s.tool_calls, r.seconds_spent(), s.cost_usd),
                                 left=r.budgets())
@@ -119,13 +181,14 @@ class Supervision:
             return self._judge_error(iteration, f"the judge's provider failed: {r.scrubbed(str(exc))}")
         verdict = parse_verdict(answer.reply.text)
         if isinstance(verdict, Malformed):
-            return self._judge_error(iteration, f"the judge's reply is malformed: {verdict.why}")
+            cut = f"it was {CUT}; " if answer.reply.cut else ""
+            return self._judge_error(iteration, f"the judge's reply is malformed: {cut}{verdict.why}")
         if verdict.verdict == "continue":
             r.record_supervisor(iteration, "judge", "continue", verdict.reason)
             return None
         return self._act(iteration, "judge", self.spec.on_violation or "abort", verdict.reason)  # type: ignore[union-attr]
 
-    def _judge_error(self, iteration: int, reason: str) -> str | None:
+    def _judge_error(self, iteration: int, reason: str) -> Ending | None:
         action = self.spec.on_judge_error  # type: ignore[union-attr]
         if action == "ignore":
             self.runner.record_supervisor(iteration, "judge", "continue", reason)

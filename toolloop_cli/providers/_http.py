@@ -7,13 +7,12 @@ engine's runner owns retries and the loop's deadline, and it runs under trio thr
 
 from __future__ import annotations
 
-import re
 from typing import Any, Mapping
 
+from .._text import escape, excerpt
 from .base import ModelRequest, Profile, ProviderError, parse_retry_after
 
 MESSAGE_CHARS = 160
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def shown_url(url: str) -> str:
@@ -32,7 +31,8 @@ def clean(text: str, secret: str | None) -> str:
     """A message fit to show: the secret replaced, control characters escaped, bounded."""
     if secret:
         text = text.replace(secret, "[REDACTED]")
-    text = _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    text = text[:4 * MESSAGE_CHARS]
+    text = escape(text)
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + "…"
 
 
@@ -51,13 +51,19 @@ class HttpProvider:
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self._profile.model!r}, base_url={shown_url(self._base_url)!r})"
 
+    @property
+    def server(self) -> str:
+        """The server as messages name it: scheme, host and port."""
+        return shown_url(self._base_url)
+
     def _key(self) -> str | None:
         var = self._profile.api_key_env
         if var is None:
             return None
         key = self._env.get(var)
         if not key:
-            raise ProviderError("client", f"the environment variable {var} (api_key_env) is not set or is empty")
+            raise ProviderError("client", f"the environment variable {var} (api_key_env) is not set or is empty,"
+                                          f" so the server {shown_url(self._base_url)} was not asked")
         return key
 
     async def aclose(self) -> None:
@@ -77,10 +83,15 @@ class HttpProvider:
             resp = await self._client.post(url, headers={**headers, "content-type": "application/json"},
                                            content=orjson.dumps(body), timeout=timeout_s)
         except httpx.TimeoutException:
-            raise ProviderError("connection", f"no reply from {where} within {timeout_s:g} s") from None
+            raise ProviderError("connection", f"the server {where} sent no reply within {timeout_s:g} s") from None
         except httpx.TransportError as exc:
+            if _refused(exc):
+                raise ProviderError("connection", f"the server {where} refused the connection") from None
             detail = clean(str(exc), secret) or type(exc).__name__
-            raise ProviderError("connection", f"cannot reach {where}: {detail}") from None
+            raise ProviderError("connection", f"cannot reach the server {where}: {detail}") from None
+        except httpx.HTTPError as exc:  # a reply httpx cannot read (a bad content encoding, ...)
+            detail = clean(str(exc), secret) or type(exc).__name__
+            raise ProviderError("bad_reply", f"the server {where} sent a reply that cannot be read: {detail}") from None
         status = resp.status_code
         if status >= 400:
             retry_after = parse_retry_after(resp.headers.get("retry-after"))
@@ -89,25 +100,86 @@ class HttpProvider:
                 retry_after = None if ms is None else ms / 1000
             detail = clean(_error_text(resp), secret)
             kind = "rate_limited" if status == 429 else "server" if status >= 500 else "client"
-            raise ProviderError(kind, f"{where} answered HTTP {status}{': ' + detail if detail else ''}",
+            raise ProviderError(kind, f"the server {where} answered HTTP {status}{': ' + detail if detail else ''}",
                                 status=status, retry_after_s=retry_after)
-        try:
-            data = orjson.loads(resp.content)
-        except orjson.JSONDecodeError:
-            raise ProviderError("bad_reply", f"{where} answered HTTP {status} with a body that is not JSON: "
-                                             f"{clean(resp.text, secret)!r}", status=status) from None
+        data = _body_json(resp)
+        if data is None:
+            raise ProviderError("bad_reply", f"the server {where} answered HTTP {status} with a body that is not JSON: "
+                                             f"{clean(_body_text(resp), secret)!r}", status=status)
         if not isinstance(data, dict):
-            raise ProviderError("bad_reply", f"{where} answered with JSON that is not an object", status=status)
+            raise ProviderError("bad_reply", f"the server {where} answered with JSON that is not an object",
+                                status=status)
         return data
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a connection failure comes from a refused connection (nothing listens on the
+    port), looking through the causes and exception groups httpx and trio wrap it in."""
+    import errno
+
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen or len(seen) > 64:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError) or (isinstance(e, OSError) and e.errno == errno.ECONNREFUSED):
+            return True
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        for nxt in (e.__cause__, e.__context__):
+            if nxt is not None:
+                todo.append(nxt)
+    return False
+
+
+def _body_json(resp: Any) -> Any:
+    """The reply body as JSON, or ``None``. JSON is UTF-8; a body in another charset is read
+    only when its declared charset really decodes it. Nesting past orjson's limit is not JSON
+    here (a model reply has no use for it), and nothing raises."""
+    import orjson
+
+    raw = resp.content
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    charset = _charset(resp)
+    if charset is None or charset.replace("-", "").replace("_", "") in ("utf8", "ascii", "usascii"):
+        return None
+    try:
+        return orjson.loads(raw.decode(charset))
+    except (LookupError, ValueError):  # an unknown charset, bytes it does not decode, or not JSON
+        return None
+
+
+def _charset(resp: Any) -> str | None:
+    ctype = resp.headers.get("content-type") or ""
+    for part in ctype.split(";")[1:]:
+        name, _, value = part.partition("=")
+        if name.strip().lower() == "charset":
+            return value.strip().strip('"').lower() or None
+    return None
+
+
+def _body_text(resp: Any) -> str:
+    """The start of the body for a message: its declared charset when that decodes it, else
+    UTF-8 with what does not decode replaced; never raises."""
+    raw = resp.content[:4 * MESSAGE_CHARS]
+    charset = _charset(resp)
+    if charset is not None:
+        try:
+            return raw.decode(charset).strip()
+        except (LookupError, ValueError):
+            pass
+    return raw.decode("utf-8", errors="replace").strip()
 
 
 def _error_text(resp: Any) -> str:
     """The error message a JSON error body carries (OpenAI and Anthropic put it at
     ``error.message``), else the start of the body."""
-    try:
-        data = resp.json()
-    except ValueError:
-        return resp.text.strip()
+    data = _body_json(resp)
     if isinstance(data, dict):
         err = data.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
@@ -116,14 +188,31 @@ def _error_text(resp: Any) -> str:
             return err
         if isinstance(data.get("message"), str):
             return data["message"]
-    return resp.text.strip()
+    return _body_text(resp)
 
 
-def tokens(usage: Any, *names: str) -> int | None:
-    """The sum of the named integer counters of a usage object; ``None`` if the first is missing."""
-    if not isinstance(usage, dict) or not isinstance(usage.get(names[0]), int):
-        return None
-    return sum(usage.get(n) or 0 for n in names if isinstance(usage.get(n), int))
+def read_usage(data: dict, where: str, inputs: tuple[str, ...], output: str) -> tuple[int, int, bool]:
+    """``(input tokens, output tokens, reported)`` from a reply's ``usage``: the first of
+    ``inputs`` and ``output`` are the counters every reply should carry, the other ``inputs``
+    (cached prompt tokens) are added when present. A reply without them counts 0 and says it
+    reported nothing (``reported`` False); a counter that is there but is not a non-negative
+    integer (negative, fractional, text, true/false) refuses the reply: it would be taken as a
+    credit against the budgets."""
+    usage = data.get("usage")
+    if usage is None:
+        return 0, 0, False
+    if not isinstance(usage, dict):
+        raise ProviderError("bad_reply", f"the server {where} sent 'usage' as {excerpt(usage, 40)}, not an object of"
+                                         " token counts; the reply is refused")
+    counts: dict[str, int | None] = {}
+    for name in (*inputs, output):
+        value = usage.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ProviderError("bad_reply", f"the server {where} reported usage.{name} = {excerpt(value, 40)}, which"
+                                             " is not a count of tokens (a non-negative integer); the reply is refused")
+        counts[name] = value
+    reported = counts[inputs[0]] is not None and counts[output] is not None
+    return sum(counts[n] or 0 for n in inputs), counts[output] or 0, reported
 
 
 def request_model(request: ModelRequest, profile: Profile) -> str:

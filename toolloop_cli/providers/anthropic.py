@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from .base import ModelReply, ModelRequest, ProviderError
-from ._http import HttpProvider, request_model, shown_url, tokens
+from .._text import excerpt
+from .base import CUT, ModelReply, ModelRequest, ProviderError
+from ._http import HttpProvider, read_usage, request_model, shown_url
 
 API_VERSION = "2023-06-01"
 
@@ -38,16 +39,14 @@ class AnthropicProvider(HttpProvider):
         where = shown_url(self._base_url)
         content = data.get("content")
         if not isinstance(content, list):
-            raise ProviderError("bad_reply", f"{where} replied without a content list")
+            raise ProviderError("bad_reply", f"the server {where} replied without a content list")
+        cut = data.get("stop_reason") == "max_tokens"  # the text ends where the limit fell
         parts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
                  and isinstance(b.get("text"), str)]
         if not parts:
-            raise ProviderError("bad_reply", f"{where} replied with no text block (stop_reason: {data.get('stop_reason')!s:.40})")
-        usage = data.get("usage")
-        input_tokens = tokens(usage, "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-        output_tokens = tokens(usage, "output_tokens")
-        if input_tokens is None or output_tokens is None:
-            raise ProviderError("bad_reply", f"{where} reported no token usage (usage.input_tokens, "
-                                             "usage.output_tokens); budgets need it")
+            why = CUT if cut else f"stop_reason: {excerpt(data.get('stop_reason'), 40)}"
+            raise ProviderError("bad_reply", f"the server {where} replied with no text block ({why})")
+        input_tokens, output_tokens, reported = read_usage(
+            data, where, ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), "output_tokens")
         reply_model = data.get("model") if isinstance(data.get("model"), str) else model
-        return ModelReply("".join(parts), input_tokens, output_tokens, reply_model)
+        return ModelReply("".join(parts), input_tokens, output_tokens, reply_model, usage_reported=reported, cut=cut)

@@ -9,7 +9,11 @@ the engine's routed runner retries what ``ProviderError.retryable`` says may be 
     ├── rate_limited   HTTP 429                                                    (retryable)
     ├── server         HTTP 5xx                                                    (retryable)
     ├── client         any other refusal: 4xx, a missing key variable, a replay that ran out
-    └── bad_reply      a 2xx reply that holds no text or no token usage
+    └── bad_reply      a 2xx reply that cannot be used: no text, not JSON, or token usage that is
+                       not a count (a negative or fractional number, text)
+
+Messages name the server by scheme, host and port (``shown_url``) and say what went wrong; the
+engine adds which profile asked.
 
 An API key is read from its environment variable when each request is made, sent in a header
 and nowhere else: no message, repr or traceback of this package ever holds it.
@@ -74,22 +78,33 @@ class ModelRequest:
                           "json_mode": self.json_mode})
 
 
+#: what a reply stopped at the output token limit is called in messages
+CUT = "cut off at the output token limit (max_tokens) before it ended"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelReply:
+    """A model's reply. ``usage_reported`` is False when the server said nothing of its token
+    usage (the counts are then 0); ``cut`` when it stopped at the output token limit, so the
+    text ends where the limit fell rather than where the model meant it to."""
+
     text: str
     input_tokens: int
     output_tokens: int
     model: str
+    usage_reported: bool = True
+    cut: bool = False
 
 
 class ProviderError(Exception):
     """A request that got no usable reply; see the module docstring for the kinds."""
 
     def __init__(self, kind: str, message: str, *, status: int | None = None, retryable: bool | None = None,
-                 retry_after_s: float | None = None):
+                 retry_after_s: float | None = None, exhausted: bool = False):
         if kind not in ERROR_KINDS:
             raise ValueError(f"unknown provider error kind {kind!r}")
         self.kind = kind
+        self.exhausted = exhausted  # a replay asked for more answers than were recorded
         self.message = message
         self.status = status
         self.retryable = kind in _RETRYABLE if retryable is None else retryable

@@ -3,8 +3,9 @@ llama.cpp, Ollama, LM Studio)."""
 
 from __future__ import annotations
 
-from .base import ModelReply, ModelRequest, ProviderError
-from ._http import HttpProvider, request_model, shown_url, tokens
+from .._text import excerpt
+from .base import CUT, ModelReply, ModelRequest, ProviderError
+from ._http import HttpProvider, read_usage, request_model, shown_url
 
 
 class OpenAIProvider(HttpProvider):
@@ -26,21 +27,19 @@ class OpenAIProvider(HttpProvider):
         data = await self._post("/chat/completions", headers, body, timeout_s, key)
         where = shown_url(self._base_url)
         choices = data.get("choices")
-        message = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        message = choice.get("message") if choice is not None else None
         if not isinstance(message, dict):
-            raise ProviderError("bad_reply", f"{where} replied without choices[0].message")
+            raise ProviderError("bad_reply", f"the server {where} replied without choices[0].message")
+        reason = choice.get("finish_reason")  # type: ignore[union-attr]
+        cut = reason == "length"  # stopped at max_tokens: the text ends where the limit fell
         text = _text(message.get("content"))
         if text is None:
-            reason = choices[0].get("finish_reason")
-            raise ProviderError("bad_reply", f"{where} replied with no text (finish_reason: {reason!s:.40})")
-        usage = data.get("usage")
-        input_tokens, output_tokens = tokens(usage, "prompt_tokens"), tokens(usage, "completion_tokens")
-        if input_tokens is None or output_tokens is None:
-            raise ProviderError("bad_reply", f"{where} reported no token usage (usage.prompt_tokens, "
-                                             "usage.completion_tokens); budgets need it")
+            why = CUT if cut else f"finish_reason: {excerpt(reason, 40)}"
+            raise ProviderError("bad_reply", f"the server {where} replied with no text ({why})")
+        input_tokens, output_tokens, reported = read_usage(data, where, ("prompt_tokens",), "completion_tokens")
         reply_model = data.get("model") if isinstance(data.get("model"), str) else model
-        return ModelReply(text, input_tokens, output_tokens, reply_model)
-
+        return ModelReply(text, input_tokens, output_tokens, reply_model, usage_reported=reported, cut=cut)
 
 def _text(content: object) -> str | None:
     if isinstance(content, str):

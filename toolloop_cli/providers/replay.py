@@ -29,6 +29,7 @@ class RecordedAnswer:
     output_tokens: int
     request_sha256: str | None = None
     run_id: str | None = None
+    cut: bool = False  # the recorded reply stopped at the output token limit
 
 
 class FixtureError(Exception):
@@ -59,7 +60,8 @@ def answer_from_record(record: dict) -> RecordedAnswer:
     if tin < 0 or tout < 0:  # type: ignore[operator]
         raise ValueError("token counts cannot be negative")
     return RecordedAnswer(n, role, model, text, tin, tout,  # type: ignore[arg-type]
-                          need("request_sha256", str, optional=True), need("run_id", str, optional=True))  # type: ignore[arg-type]
+                          need("request_sha256", str, optional=True), need("run_id", str, optional=True),  # type: ignore[arg-type]
+                          record.get("truncated") is True)
 
 
 def read_fixture(path: str | os.PathLike) -> tuple[RecordedAnswer, ...]:
@@ -112,7 +114,7 @@ class ReplayAnswers:
     def take(self, role: str | None) -> RecordedAnswer:
         if self.position >= len(self.answers):
             raise ProviderError("client", f"{self.source} has no answer left ({len(self.answers)} recorded); "
-                                          "the run asked for more than was recorded")
+                                          "the run asked for more than was recorded", exhausted=True)
         answer = self.answers[self.position]
         if role is not None and answer.role != role:
             raise ProviderError("client", f"{self.source}: recorded answer {self.position + 1} is a '{answer.role}' "
@@ -134,7 +136,7 @@ class ReplayProvider:
 
     async def complete(self, request: ModelRequest, timeout_s: float) -> ModelReply:
         a = self.answers.take(request.role)
-        return ModelReply(a.text, a.input_tokens, a.output_tokens, a.model)
+        return ModelReply(a.text, a.input_tokens, a.output_tokens, a.model, cut=a.cut)
 
     async def aclose(self) -> None:
         return None
