@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import APP, jsonl, write
-from toolloop_cli.errors import RunError, UsageError
+from toolloop_cli.errors import RunError, StateError
 from toolloop_cli.store import MIGRATIONS, SCHEMA_VERSION, JournalWriter, Store, holder_alive, lease_token, state_dir
 
 # A registry for the state tests: every tool logs each execution to a file (one line per run).
@@ -192,7 +192,7 @@ def test_a_later_migration_upgrades_in_place_and_keeps_data(tmp_path):
 def test_a_failing_migration_leaves_the_old_version(tmp_path):
     Store(tmp_path).close()
     broken = MIGRATIONS + [("ALTER TABLE runs ADD COLUMN note TEXT", "THIS IS NOT SQL")]
-    with pytest.raises(UsageError):
+    with pytest.raises(StateError):
         Store(tmp_path, migrations=broken)
     store = Store(tmp_path)
     assert store.schema_version == SCHEMA_VERSION
@@ -220,10 +220,12 @@ def test_a_database_from_a_newer_toolloop_is_refused(tmp_path, cli):
 def test_not_a_database(tmp_path, cli):
     (tmp_path / "st").mkdir()
     (tmp_path / "st" / "state.db").write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(UsageError, match="is not a usable toolloop state database"):
+    with pytest.raises(StateError, match="is damaged: file is not a database"):
         Store(tmp_path / "st")
     r = cli("runs", "list", "--state-dir", "st")
-    assert r.returncode == 2 and b"not a usable toolloop state database" in r.stderr
+    assert r.returncode == 2
+    assert r.stderr.decode() == (f"toolloop: error: the state database {Path('st', 'state.db')} is damaged: file is not"
+                                 " a database; restore it from a copy, or use another --state-dir\n")
 
 
 def test_two_openers_of_a_fresh_folder_migrate_once(tmp_path):

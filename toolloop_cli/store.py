@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _json
+from ._statedb import Connection, naming_the_run, parse_json, parse_object, schema_problem
 from .chain import EMPTY_SHA256, RESET, Link, link_sha256, record_sha256
-from .errors import RunError, UsageError
+from .errors import RunError, StateError, UsageError
 
 # Each entry brings the schema from version i to i + 1; append, never edit a shipped entry.
 MIGRATIONS: list[tuple[str, ...]] = [
@@ -163,6 +164,12 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # 8: a streamed lane's item key is looked up in the journal, not kept in memory
         "CREATE INDEX IF NOT EXISTS lanes_by_item_key ON lanes (run_id, item_key)",
     ),
+    (  # 9: approval requests and answers and operator controls are links of the run's hash chain:
+       # a request's number in its run is its ref; NULL (and a control's NULL ``linked``) marks a
+       # row journaled before they were, which is never acted on without a link of its own
+        "ALTER TABLE approvals ADD COLUMN n INTEGER",
+        "ALTER TABLE controls ADD COLUMN linked INTEGER",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -180,8 +187,9 @@ def _dumps(value: Any) -> str:
     return _json.dumps(value).decode()
 
 
-def _loads(text: str | bytes) -> Any:
-    return _json.loads(text)
+def _loads(text: str | bytes, what: str = "a stored value") -> Any:
+    """A JSON column's value; damage (a ``StateError`` naming ``what``) when it does not parse."""
+    return parse_json(text, what)
 
 
 def _keep_out_of_git(folder: Path, ours: bool) -> None:
@@ -193,10 +201,12 @@ def _keep_out_of_git(folder: Path, ours: bool) -> None:
         marker.write_text("# toolloop's state (journal and cache): never committed\n*\n", encoding="utf-8")
 
 
+@naming_the_run
 class Store:
     """The journal and cache. Methods are synchronous and thread-safe (one connection behind a
     lock); the engine reaches them through ``JournalWriter`` (receipts) or short calls (cache,
-    start markers)."""
+    start markers). Every read goes through ``_statedb``: a damaged database is a ``StateError``
+    naming the file (and the run and record where known), never a crash further in."""
 
     def __init__(self, folder: str | os.PathLike, *, create: bool = True,
                  migrations: list[tuple[str, ...]] | None = None):
@@ -208,7 +218,8 @@ class Store:
             new_folder = not folder.exists()
             folder.mkdir(parents=True, exist_ok=True)
             _keep_out_of_git(folder, new_folder or folder.name == ".toolloop")
-            self.db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+            self.db = Connection(sqlite3.connect(self.path, timeout=30, check_same_thread=False,
+                                                 isolation_level=None), self.path)
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
         self._lock = threading.RLock()
@@ -220,9 +231,13 @@ class Store:
                                  " put --state-dir on a local file system")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate(MIGRATIONS if migrations is None else migrations)
+            # a table dropped or renamed, or a column gone, is named now, before anything is run
+            problem = schema_problem(self.db, MIGRATIONS if migrations is None else migrations)
+            if problem is not None:
+                raise StateError(problem, path=self.path)
         except sqlite3.DatabaseError as exc:
             self.db.close()
-            raise UsageError(f"{self.path} is not a usable toolloop state database: {exc}") from None
+            raise StateError(f"it is not a usable toolloop state database ({exc})", path=self.path) from None
         except BaseException:
             self.db.close()
             raise
@@ -253,6 +268,8 @@ class Store:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 version = self.schema_version
+                if version < 0:
+                    raise StateError(f"its schema version is {version}, which no toolloop writes", path=self.path)
                 if version > target:
                     raise RunError(
                         f"the state database {self.path} has schema version {version}, newer than this toolloop"
@@ -307,7 +324,7 @@ class Store:
         """The contract snapshot stored with the run, or None (a run journaled before snapshots)."""
         with self._lock:
             row = self.db.execute("SELECT contract FROM runs WHERE run_id=?", (run_id,)).fetchone()
-        return None if row is None or row[0] is None else _loads(row[0])
+        return None if row is None or row[0] is None else parse_object(row[0], "the run's contract snapshot")
 
     def set_total_calls(self, run_id: str, total: int) -> None:
         with self._lock:
@@ -346,7 +363,7 @@ class Store:
         """Change one of a run's recorded options (a resume's new --halt policy)."""
         def work() -> None:
             row = self.db.execute("SELECT options FROM runs WHERE run_id=?", (run_id,)).fetchone()
-            options = _loads(row[0]) if row and row[0] else {}
+            options = parse_object(row[0], "the run's options") if row and row[0] else {}
             options[key] = value
             self.db.execute("UPDATE runs SET options=? WHERE run_id=?", (_dumps(options), run_id))
 
@@ -421,7 +438,7 @@ class Store:
             rows = self.db.execute(
                 "SELECT lane, item_key, payload, payload_sha256 FROM lanes WHERE run_id=? ORDER BY lane",
                 (run_id,)).fetchall()
-        return [(i, k, None if p is None else _loads(p), sha) for i, k, p, sha in rows]
+        return [(i, k, None if p is None else _loads(p, f"the payload of lane {i}"), sha) for i, k, p, sha in rows]
 
     def calls_of(self, run_id: str) -> Iterator[tuple]:
         with self._lock:
@@ -429,7 +446,7 @@ class Store:
                 "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls WHERE run_id=? ORDER BY seq",
                 (run_id,)).fetchall()
         for seq, lane, item, ck, tool, args, sha in rows:
-            yield seq, lane, item, ck, tool, (None if args is None else _loads(args)), sha
+            yield seq, lane, item, ck, tool, (None if args is None else _loads(args, f"the arguments of call seq {seq}")), sha
 
     # --- leases (one runner or resumer at a time) -------------------------------------
     def acquire_lease(self, run_id: str, owner: str, seconds: float | None = None) -> bool:
@@ -486,7 +503,7 @@ class Store:
                 return None
             out = _row(cur, row)
         if out.get("args") is not None:
-            out["args"] = _loads(out["args"])
+            out["args"] = _loads(out["args"], f"the approved arguments of call '{call_key}'")
         return out
 
     def answer_approval(self, run_id: str, item_key: str | None, call_key: str, state: str,
@@ -555,7 +572,7 @@ class Store:
             cur = self.db.execute(sql, (run_id,) if run_id is not None else ())
             rows = [_row(cur, r) for r in cur.fetchall()]
         for row in rows:
-            row["args"] = None if row["args"] is None else _loads(row["args"])
+            row["args"] = None if row["args"] is None else _loads(row["args"], f"the arguments of call seq {row['seq']}")
         return rows
 
     def resolve_run_id(self, run_id: str) -> str:
@@ -657,9 +674,9 @@ class Store:
     def records_of(self, run_id: str) -> list[tuple[int, dict]]:
         """The run's other output records in commit order: ``(receipts_before, record)``."""
         with self._lock:
-            rows = self.db.execute("SELECT receipts_before, record FROM records WHERE run_id=? ORDER BY n",
+            rows = self.db.execute("SELECT n, receipts_before, record FROM records WHERE run_id=? ORDER BY n",
                                    (run_id,)).fetchall()
-        return [(before, _loads(rec)) for before, rec in rows]
+        return [(before, _record("record", n, rec)) for n, before, rec in rows]
 
     # --- operators (steer, abort) -------------------------------------------------------
     def add_control(self, run_id: str, kind: str, message: str | None) -> int:
@@ -702,14 +719,14 @@ class Store:
 
     def model_answers_of(self, run_id: str) -> list[dict]:
         with self._lock:
-            rows = self.db.execute("SELECT record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
+            rows = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
                                    (run_id,)).fetchall()
-        return [_loads(r[0]) for r in rows]
+        return [_record("model_answer", n, text) for n, text in rows]
 
     def receipts_of(self, run_id: str) -> list[dict]:
         with self._lock:
-            rows = self.db.execute("SELECT record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
-        return [_loads(r[0]) for r in rows]
+            rows = self.db.execute("SELECT seq, record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+        return [_record("receipt", seq, text) for seq, text in rows]
 
     def counts_of(self, run_id: str) -> dict[str, int]:
         """Receipts per status so far (for a run that has no summary yet)."""
@@ -808,7 +825,7 @@ class Store:
         """``(result,)`` for a stored key, else None (a stored ``null`` result is a hit too)."""
         with self._lock:
             row = self.db.execute("SELECT result FROM cache WHERE key=?", (key,)).fetchone()
-        return None if row is None else (_loads(row[0]),)
+        return None if row is None else (_loads(row[0], f"the cached result {key[:16]}…"),)
 
     def put(self, key: str, tool: str, result: Any) -> None:
         with self._lock:
@@ -875,14 +892,37 @@ def holder_pid(owner: str | None) -> str:
     return owner.split(":")[0] if owner else "?"
 
 
-def _row(cur: sqlite3.Cursor, row: tuple) -> dict:
+def _row(cur: Any, row: tuple) -> dict:
     out = {d[0]: v for d, v in zip(cur.description, row)}
-    for key in ("options", "counts", "summary"):
-        if out.get(key):
-            out[key] = _loads(out[key])
-    if "labels" in out:
-        out["labels"] = _loads(out["labels"]) if out["labels"] else {}
+    try:
+        for key in ("options", "counts", "summary"):
+            if out.get(key):
+                out[key] = parse_object(out[key], f"the run's {key}")
+        if "labels" in out:
+            out["labels"] = parse_object(out["labels"], "the run's labels") if out["labels"] else {}
+            if not all(isinstance(v, str) for v in out["labels"].values()):
+                raise StateError("the run's labels are not all text")
+        if isinstance(out.get("counts"), dict) and not all(type(v) is int for v in out["counts"].values()):
+            raise StateError("the run's counts are not all integers")
+    except StateError as exc:
+        exc.run_id = exc.run_id or out.get("run_id")
+        raise
     return out
+
+
+#: The keys every reader of a journaled record relies on, by the kind of record
+_RECORD_KEYS: dict[str, dict[str, type]] = {
+    "receipt": {"type": str, "seq": int, "status": str},
+    "record": {"type": str},
+    "model_answer": {"type": str, "n": int},
+}
+
+
+def _record(kind: str, ref: int, text: str) -> dict:
+    """A journaled record read back: a JSON object with the keys its readers rely on."""
+    from .chain import describe
+
+    return parse_object(text, describe(kind, ref), _RECORD_KEYS[kind])
 
 
 class JournalWriter:

@@ -62,7 +62,7 @@ def main() -> None:
     traceback; anything else is a bug in toolloop, named on one line (exit 70)."""
     import sys
 
-    from ..errors import ConfigError, InternalError, RunError, UsageError
+    from ..errors import ConfigError, InternalError, RunError, StateError, UsageError
     from .common import guard_standard_streams
 
     guard_standard_streams()
@@ -71,11 +71,12 @@ def main() -> None:
             _validate_with_sarif_errors()
         else:
             app()
-    except (UsageError, RunError) as exc:
+    except (UsageError, RunError, StateError) as exc:
         from .._text import clip
 
+        # a damaged state database (StateError) is exit 2 whichever command read it
         sys.stderr.write(f"toolloop: error: {clip(str(exc), 500)}\n")
-        sys.exit(2 if isinstance(exc, UsageError) else 1)
+        sys.exit(1 if isinstance(exc, RunError) else 2)
     except ConfigError as exc:
         from .common import print_findings
 
