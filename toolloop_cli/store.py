@@ -13,6 +13,7 @@ leaves a half-written one (SQLite checks every WAL frame and ignores an incomple
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import socket
@@ -169,6 +170,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
        # row journaled before they were, which is never acted on without a link of its own
         "ALTER TABLE approvals ADD COLUMN n INTEGER",
         "ALTER TABLE controls ADD COLUMN linked INTEGER",
+        # a request's or a control's last link is found without reading the run's receipts' links
+        "CREATE INDEX IF NOT EXISTS chain_approvals ON chain (run_id, ref, n) WHERE kind='approval'",
+        "CREATE INDEX IF NOT EXISTS chain_controls ON chain (run_id, ref, n) WHERE kind='control'",
     ),
 ]
 
@@ -289,15 +293,20 @@ class Store:
             self.db.close()
 
     def _transaction(self, work: Callable[[], Any]) -> Any:
+        with self._writing():
+            return work()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction (a change and its link in the run's hash chain commit together)."""
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                out = work()
+                yield
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
-            return out
 
     # --- runs -------------------------------------------------------------------------
     def create_run(self, run: dict) -> None:
@@ -489,10 +498,12 @@ class Store:
     # --- approvals (SPEC 6.4) -------------------------------------------------------------
     def request_approval(self, run_id: str, item_key: str | None, call_key: str, args_sha256: str) -> None:
         """A gated call waits for a person: a pending request (an existing answer is kept)."""
-        with self._lock:
-            self.db.execute(
+        with self._writing():
+            cur = self.db.execute(
                 "INSERT OR IGNORE INTO approvals (run_id, item_key, call_key, args_sha256, state, requested_at)"
                 " VALUES (?,?,?,?,?,?)", (run_id, item_key or "", call_key, args_sha256, "pending", time.time()))
+            if cur.rowcount == 1:
+                self._link_approval(run_id, item_key, call_key)
 
     def approval(self, run_id: str, item_key: str | None, call_key: str) -> dict | None:
         with self._lock:
@@ -510,12 +521,14 @@ class Store:
                         args_sha256: str | None = None, args: Any = None, message: str | None = None,
                         approver: str | None = None) -> bool:
         """Answer a pending request once (compare-and-set); False when none is pending."""
-        with self._lock:
+        with self._writing():
             cur = self.db.execute(
                 "UPDATE approvals SET state=?, args_sha256=COALESCE(?, args_sha256), args=?, message=?, approver=?,"
                 " answered_at=? WHERE run_id=? AND item_key=? AND call_key=? AND state='pending'",
                 (state, args_sha256, None if args is None else _dumps(args), message, approver, time.time(), run_id,
                  item_key or "", call_key))
+            if cur.rowcount == 1:
+                self._link_approval(run_id, item_key, call_key)
             return cur.rowcount == 1
 
     def answer_all_pending(self, run_id: str, state: str, message: str | None = None,
@@ -530,25 +543,30 @@ class Store:
             self.db.execute(
                 "UPDATE approvals SET state=?, message=?, approver=?, answered_at=? WHERE run_id=? AND state='pending'",
                 (state, message, approver, time.time(), run_id))
+            for item, ck in keys:
+                self._link_approval(run_id, item, ck)
             return [(item or None, ck) for item, ck in keys]
 
         return self._transaction(work)
 
     def use_approval(self, run_id: str, item_key: str | None, call_key: str) -> bool:
         """An approval is used once: approved -> used (compare-and-set)."""
-        with self._lock:
+        with self._writing():
             cur = self.db.execute(
                 "UPDATE approvals SET state='used' WHERE run_id=? AND item_key=? AND call_key=? AND state='approved'",
                 (run_id, item_key or "", call_key))
+            if cur.rowcount == 1:
+                self._link_approval(run_id, item_key, call_key)
             return cur.rowcount == 1
 
     def reopen_approval(self, run_id: str, item_key: str | None, call_key: str, args_sha256: str) -> None:
         """A used or stale answer no longer holds: the call waits for a person again."""
-        with self._lock:
+        with self._writing():
             self.db.execute(
                 "UPDATE approvals SET state='pending', args_sha256=?, args=NULL, message=NULL, approver=NULL,"
                 " answered_at=NULL, requested_at=? WHERE run_id=? AND item_key=? AND call_key=?",
                 (args_sha256, time.time(), run_id, item_key or "", call_key))
+            self._link_approval(run_id, item_key, call_key)
 
     def pending_approvals(self, run_id: str) -> list[dict]:
         with self._lock:
@@ -659,8 +677,57 @@ class Store:
                               ("record", "SELECT n, record FROM records WHERE run_id=?"),
                               ("model_answer", "SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL")):
                 for ref, text in self.db.execute(sql, (run_id,)):
+                    _record(kind, ref, text)  # one that does not parse is damage, not a mismatch
                     current[(kind, ref)] = text
+            for kind, sql in (("approval", "SELECT * FROM approvals WHERE run_id=? AND n IS NOT NULL"),
+                              ("control", "SELECT * FROM controls WHERE run_id=? AND linked IS NOT NULL")):
+                cur = self.db.execute(sql, (run_id,))
+                for row in cur.fetchall():
+                    text = _linked_row(cur, row)
+                    current[(kind, row[[d[0] for d in cur.description].index("n")])] = text
         return links, current
+
+    # --- approval requests and answers, operator controls: links of the run's chain ------------
+    def link_holds(self, run_id: str, kind: str, ref: int | None) -> bool:
+        """Whether approval request or control ``ref`` (``kind`` ``approval`` or ``control``) is,
+        as it stands now, what its last link says, and that link follows from the one before it.
+        False for a row journaled before such rows were links (it has no link of its own)."""
+        if kind not in ("approval", "control"):
+            raise ValueError(kind)
+        if ref is None:
+            return False
+        with self._lock:
+            text = self._linked_text(kind, run_id, ref)
+            last = self.db.execute(  # kind is one of two literals: the partial index answers it
+                f"SELECT n, record_sha256, link_sha256 FROM chain WHERE run_id=? AND kind='{kind}' AND ref=?"
+                " ORDER BY n DESC LIMIT 1", (run_id, ref)).fetchone()
+            if text is None or last is None or record_sha256(text) != last[1]:
+                return False
+            before = self.db.execute("SELECT link_sha256 FROM chain WHERE run_id=? AND n=?",
+                                     (run_id, last[0] - 1)).fetchone()
+        return link_sha256(before[0] if before else "", kind, ref, last[1]) == last[2]
+
+    def _link_approval(self, run_id: str, item_key: str | None, call_key: str) -> None:
+        """Link a request as it stands now (inside the transaction that changed it); a request
+        journaled before requests were links gets its number in the run first."""
+        keys = (run_id, item_key or "", call_key)
+        row = self.db.execute("SELECT n FROM approvals WHERE run_id=? AND item_key=? AND call_key=?", keys).fetchone()
+        if row is None:
+            return
+        n = row[0]
+        if n is None:
+            n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM approvals WHERE run_id=?", (run_id,)).fetchone()[0]
+            self.db.execute("UPDATE approvals SET n=? WHERE run_id=? AND item_key=? AND call_key=?", (n, *keys))
+        self._link([(run_id, "approval", n, self._linked_text("approval", run_id, n))])
+
+    def _linked_text(self, kind: str, run_id: str, ref: int) -> str | None:
+        """The text an approval request or a control is linked as, or None when there is no such
+        row (or, for a control, it was journaled before controls were links)."""
+        sql = ("SELECT * FROM approvals WHERE run_id=? AND n=?" if kind == "approval"
+               else "SELECT * FROM controls WHERE run_id=? AND n=? AND linked IS NOT NULL")
+        cur = self.db.execute(sql, (run_id, ref))
+        row = cur.fetchone()
+        return None if row is None else _linked_row(cur, row)
 
     def clear_records(self, run_id: str) -> None:
         """Forget a run's other output records (a resumed routed run records them again as it
@@ -683,8 +750,9 @@ class Store:
         """Record an operator's steer or abort for a run; returns its number."""
         def work() -> int:
             n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM controls WHERE run_id=?", (run_id,)).fetchone()[0]
-            self.db.execute("INSERT INTO controls (run_id, n, kind, message, at) VALUES (?,?,?,?,?)",
+            self.db.execute("INSERT INTO controls (run_id, n, kind, message, at, linked) VALUES (?,?,?,?,?,1)",
                             (run_id, n, kind, message, time.time()))
+            self._link([(run_id, "control", n, self._linked_text("control", run_id, n))])
             return n
 
         return self._transaction(work)
@@ -697,9 +765,12 @@ class Store:
 
     def consume_control(self, run_id: str, n: int, iteration: int) -> None:
         """The run read control ``n`` before turn ``iteration`` (a resume applies it there again)."""
-        with self._lock:
-            self.db.execute("UPDATE controls SET consumed_at=? WHERE run_id=? AND n=? AND consumed_at IS NULL",
-                            (iteration, run_id, n))
+        with self._writing():
+            cur = self.db.execute("UPDATE controls SET consumed_at=? WHERE run_id=? AND n=? AND consumed_at IS NULL",
+                                  (iteration, run_id, n))
+            text = self._linked_text("control", run_id, n) if cur.rowcount == 1 else None
+            if text is not None:
+                self._link([(run_id, "control", n, text)])
 
     # --- model answers (routed runs: replay and resume reuse them) ---------------------
     def put_model_answer(self, answer: dict) -> None:
@@ -908,6 +979,14 @@ def _row(cur: Any, row: tuple) -> dict:
         exc.run_id = exc.run_id or out.get("run_id")
         raise
     return out
+
+
+def _linked_row(cur: Any, row: tuple) -> str:
+    """An approval request or control as its link hashes it: the row's columns but its keys'
+    numbers, NULL ones left out (so a column added later does not change older rows' text), as
+    canonical JSON."""
+    return _json.dumps({d[0]: v for d, v in zip(cur.description, row)
+                        if d[0] not in ("run_id", "n", "linked") and v is not None}, canonical=True).decode()
 
 
 #: The keys every reader of a journaled record relies on, by the kind of record

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from . import approvals_cmds, init_cmd, lint_cmds, ops_cmds, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
+from . import approvals_cmds, init_cmd, lint_cmds, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
 
 app = typer.Typer(
     name="toolloop",
@@ -52,7 +52,7 @@ app.command()(routed_cmds.steer)
 app.command()(routed_cmds.abort)
 runs_cmds.runs_app.command("export")(routed_cmds.export)
 runs_cmds.runs_app.command("prune")(prune_cmd.prune)
-runs_cmds.runs_app.command("verify")(ops_cmds.verify)
+runs_cmds.runs_app.command("verify")(runs_cmds.verify)
 app.add_typer(runs_cmds.runs_app, name="runs")
 app.command()(serve_cmd.serve)
 

@@ -196,7 +196,7 @@ class RunSession:
         if options.approve == "ask":
             from .approvals import Approvals
 
-            services.approvals = Approvals(store, run_id)
+            services.approvals = Approvals(store, run_id, warn=options.on_warning)
             services.ask = options.ask
         services.before_start = self._before_start
         self.state = RunState(total=total_calls, halt=options.halt)

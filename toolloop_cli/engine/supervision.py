@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..router.judge import judge_messages, parse_verdict
 from ..router.supervisor import SupervisorState, check_rules
 from ..router.views import Malformed, Step, Trajectory, Usage
+from .controls import control_holds
 from .model_calls import ProviderFailed
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ class Supervision:
             if consumed_at is not None and consumed_at > iteration:
                 break  # read at a later turn of the run this resume replays
             self.controls_seen = n + 1
+            if not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
+                continue
             if consumed_at is None:
                 store.consume_control(run_id, n, iteration)
             if kind == "steer":
