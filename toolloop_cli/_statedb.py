@@ -181,25 +181,27 @@ class reading:
         return False
 
 
-def parse_json(text: Any, what: str) -> Any:
-    """The value of a JSON column; a ``StateError`` saying that ``what`` does not parse."""
+def parse_json(text: Any, what: str, run_id: str | None = None) -> Any:
+    """The value of a JSON column; a ``StateError`` saying that ``what`` (of run ``run_id``, when
+    the reader knows it better than its own arguments say) does not parse."""
     if type(text) is not str and not isinstance(text, (bytes, bytearray)):
-        raise StateError(f"{what} is missing" if text is None else f"{what} is not JSON text")
+        raise StateError(f"{what} is missing" if text is None else f"{what} is not JSON text", run_id=run_id)
     try:
         return _json.loads(text)
     except _json.JSONDecodeError as exc:
-        raise StateError(f"{what} does not parse as JSON ({exc})") from None
+        raise StateError(f"{what} does not parse as JSON ({exc})", run_id=run_id) from None
 
 
-def parse_object(text: Any, what: str, required: dict[str, type | tuple[type, ...]] | None = None) -> dict:
+def parse_object(text: Any, what: str, required: dict[str, type | tuple[type, ...]] | None = None,
+                 run_id: str | None = None) -> dict:
     """A JSON column that holds an object, with ``required`` keys of the given types."""
-    value = parse_json(text, what)
+    value = parse_json(text, what, run_id)
     if not isinstance(value, dict):
-        raise StateError(f"{what} is not a JSON object")
+        raise StateError(f"{what} is not a JSON object", run_id=run_id)
     for key, kind in (required or {}).items():
         got = value.get(key)
         if not isinstance(got, kind) or isinstance(got, bool) and kind is int:
-            raise StateError(f"{what} has no valid '{key}'")
+            raise StateError(f"{what} has no valid '{key}'", run_id=run_id)
     return value
 
 

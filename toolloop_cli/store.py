@@ -191,9 +191,9 @@ def _dumps(value: Any) -> str:
     return _json.dumps(value).decode()
 
 
-def _loads(text: str | bytes, what: str = "a stored value") -> Any:
+def _loads(text: str | bytes, what: str = "a stored value", run_id: str | None = None) -> Any:
     """A JSON column's value; damage (a ``StateError`` naming ``what``) when it does not parse."""
-    return parse_json(text, what)
+    return parse_json(text, what, run_id)
 
 
 def _keep_out_of_git(folder: Path, ours: bool) -> None:
@@ -590,7 +590,8 @@ class Store:
             cur = self.db.execute(sql, (run_id,) if run_id is not None else ())
             rows = [_row(cur, r) for r in cur.fetchall()]
         for row in rows:
-            row["args"] = None if row["args"] is None else _loads(row["args"], f"the arguments of call seq {row['seq']}")
+            row["args"] = None if row["args"] is None else _loads(row["args"], f"the arguments of call seq {row['seq']}",
+                                                                  row["run_id"])
         return rows
 
     def resolve_run_id(self, run_id: str) -> str:
