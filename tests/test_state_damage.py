@@ -314,3 +314,23 @@ def test_damage_met_while_a_run_goes_on_ends_it_with_the_same_error(tmp_path):
         execute_plan(admit_plan(plan), store, lambda _record: None, RunOptions(handle_signals=False))
     assert [r["status"] for r in store.list_runs()] == ["interrupted"]
     store.close()
+
+
+def test_the_web_api_answers_a_damaged_read_with_500_and_the_same_message(journal, tmp_path):
+    from servekit import Served
+
+    db, runs = damaged(journal, tmp_path, "UPDATE receipts SET record='nope' WHERE run_id='{seq}' AND seq=0")
+    served = Served(journal[0], "--state-dir", str(db.parent))
+    try:
+        with served.client() as client:
+            assert client.get("/api/runs").status_code == 200  # the runs themselves still read
+            res = client.get(f"/api/runs/{runs['seq']}/records")
+            assert res.status_code == 500
+            assert res.json() == {"error": f"the state database {db} is damaged (run {runs['seq']}): receipt seq 0 does"
+                                           " not parse as JSON (invalid literal, expected 'null': line 1 column 1 (char 0));"
+                                           " restore it from a copy, or use another --state-dir"}
+            page = client.get(f"/runs/{runs['seq']}")
+            assert page.status_code == 500 and "is damaged" in page.text
+    finally:
+        assert served.stop() == 0, "\n".join(served.log)
+    assert not any("internal error" in line for line in served.log), served.log
