@@ -76,7 +76,7 @@ final_schema: {{type: object, required: [answer]}}
         call = json.dumps({"action": "call", "tool": "log_run", "args": {"log": str(base / "log.txt"), "key": "a"},
                            "reason": "a"})
         server.script(call, '{"action": "final", "reason": "enough"}', '{"answer": "a"}')
-        assert _cli(base, "run", "routed.yml", env={"TL_TEST_KEY": "k"}).returncode == 0
+        assert _cli(base, "run", "routed.yml", env={"TL_TEST_KEY": "sk-damage-canary-0123456789"}).returncode == 0
     finally:
         server.stop()
     con = sqlite3.connect(base / ".toolloop" / "state.db")
@@ -90,6 +90,8 @@ final_schema: {{type: object, required: [answer]}}
 READERS = {
     "runs list": ["runs", "list"],
     "runs show": ["runs", "show", "{seq}"],
+    "runs show (table)": ["runs", "show", "{seq}", "--format", "table"],
+    "runs show (routed)": ["runs", "show", "{routed}", "--format", "table"],
     "runs show --contract": ["runs", "show", "{seq}", "--contract"],
     "runs verify": ["runs", "verify", "{seq}"],
     "runs export": ["runs", "export", "{routed}"],
@@ -171,10 +173,21 @@ CASES = [
      ["resume"], "receipt seq 0 is not a JSON object", "gated"),
     ("a receipt without its keys", "UPDATE receipts SET record='{{}}' WHERE run_id='{seq}' AND seq=0",
      ["runs show", "runs verify"], "receipt seq 0 has no valid 'type'", "seq"),
+    ("a receipt without one of its keys",
+     "UPDATE receipts SET record=json_remove(record, '$.attempts') WHERE run_id='{seq}' AND seq=0",
+     ["runs show (table)"], "receipt seq 0 has no valid 'attempts'", "seq"),
+    ("a record that says it is a receipt",
+     "UPDATE records SET record=json_set(record, '$.type', 'receipt') WHERE run_id='{routed}' AND n=0",
+     ["runs show (routed)", "runs export"], "record 0 is a 'receipt' record", "routed"),
+    ("a summary without its counts", "UPDATE runs SET summary=json_remove(summary, '$.counts') WHERE run_id='{seq}'",
+     ["runs show (table)"], "the run's summary has no valid 'counts'", "seq"),
     ("record JSON", "UPDATE records SET record='{{' WHERE run_id='{routed}' AND n=0",
      ["runs export", "replay"], "record 0 does not parse as JSON", "routed"),
     ("model answer JSON", "UPDATE model_answers SET record='nope' WHERE run_id='{routed}' AND n=1",
      ["runs export", "replay"], "model answer 1 does not parse as JSON", "routed"),
+    ("a model answer without its token counts",
+     "UPDATE model_answers SET record=json_remove(record, '$.input_tokens') WHERE run_id='{routed}' AND n=2",
+     ["runs export", "replay"], "model answer 2 has no valid 'input_tokens'", "routed"),
     ("options JSON", "UPDATE runs SET options='[1]' WHERE run_id='{gated}'",
      ["runs list", "approvals list", "resume", "abort"], "the run's options is not a JSON object", "gated"),
     ("labels JSON", "UPDATE runs SET labels='{{\"ticket\": 5}}' WHERE run_id='{seq}'",
@@ -262,11 +275,14 @@ def test_every_json_column_and_typed_value_is_read_through_one_layer(tmp_path, c
     rid = "r1"
     store.create_run({"run_id": rid, "mode": "parallel", "plan_path": "p", "plan_sha256": "x", "registry_path": "r",
                       "contract_sha256": "c", "options": {}, "total_calls": 1, "contract": {"a": 1}})
-    store.finish_run(rid, "stopped", {"ok": 1}, {"type": "summary"})
+    store.finish_run(rid, "stopped", {"ok": 1}, {"type": "summary", "run_id": rid, "mode": "parallel",
+                                                 "status": "stopped", "counts": {"ok": 1}, "duration_ms": 1.0})
     store.journal_calls(rid, [(0, "k", {"p": 1}, None)], [(0, 0, "k", "c", "t", '{"a": 1}', "h")])
-    store.put_records([{"type": "receipt", "run_id": rid, "seq": 0, "status": "ok"}],
-                      [({"type": "decision", "run_id": rid}, 0)])
-    store.put_model_answer({"type": "model_answer", "run_id": rid, "n": 0, "role": "router", "request_sha256": "h"})
+    from test_store import receipt_record
+
+    store.put_records([{**receipt_record(0), "run_id": rid}], [({"type": "decision", "run_id": rid}, 0)])
+    store.put_model_answer({"type": "model_answer", "run_id": rid, "n": 0, "role": "router", "request_sha256": "h",
+                            "model": "m", "text": "{}", "input_tokens": 1, "output_tokens": 1})
     store.request_approval(rid, None, "c", "h")
     store.answer_approval(rid, None, "c", "approved", args={"a": 1})
     store.put("k", "t", {"v": 1})

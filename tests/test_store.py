@@ -113,6 +113,16 @@ def sequential_plan(folder: Path, calls: list[dict], name: str = "plan.yml") -> 
     return write(folder / name, json.dumps(body))
 
 
+def receipt_record(seq: int, status: str = "ok") -> dict:
+    """A whole receipt record of run 'r', as the journal holds one."""
+    from toolloop_cli.receipts import Receipt
+
+    return Receipt(run_id="r", seq=seq, completion_seq=seq, subagent="s", tool="t", parallel_batch_id=None,
+                   item_key=None, call_key=str(seq), parent_receipt_id=None, iteration=None, receipt_id=f"id{seq}",
+                   status=status, abandoned=False, attempts=1, cache="off", args_sha256=None, args={}, result=None,
+                   error=None, envelope=None, started_at=None, finished_at=None, duration_ms=0.0).as_record()
+
+
 def read_log(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
@@ -304,7 +314,7 @@ def test_journal_keeps_committing_after_the_output_breaks(tmp_path):
 
     writer = JournalWriter(store, emit, on_error=failures.append)
     for seq in range(6):
-        writer({"type": "receipt", "run_id": "r", "seq": seq, "status": "ok"})
+        writer(receipt_record(seq))
     with pytest.raises(BrokenPipeError):
         writer.close()
     assert len(failures) == 1
@@ -317,7 +327,7 @@ def test_journal_hands_records_on_in_order(tmp_path):
     got: list[int] = []
     writer = JournalWriter(store, lambda r: got.append(r["seq"]), max_batch=7)
     for seq in range(1000):
-        writer({"type": "receipt", "run_id": "r", "seq": seq, "status": "ok"})
+        writer(receipt_record(seq))
     writer.close()
     assert got == list(range(1000))
     assert len(store.receipts_of("r")) == 1000

@@ -192,15 +192,35 @@ def parse_json(text: Any, what: str, run_id: str | None = None) -> Any:
         raise StateError(f"{what} does not parse as JSON ({exc})", run_id=run_id) from None
 
 
-def parse_object(text: Any, what: str, required: dict[str, type | tuple[type, ...]] | None = None,
-                 run_id: str | None = None) -> dict:
-    """A JSON column that holds an object, with ``required`` keys of the given types."""
+_NONE = type(None)
+_NUMBER = (int, float)
+
+#: The keys a journaled receipt always has (SPEC 9), with what each holds: every reader (a table,
+#: resume, replay) relies on them. A key added to receipts later is optional here.
+RECEIPT: dict[str, Any] = {
+    "type": str, "run_id": str, "seq": int, "completion_seq": int, "subagent": str, "tool": str,
+    "parallel_batch_id": (str, _NONE), "item_key": (str, _NONE), "call_key": (str, _NONE),
+    "parent_receipt_id": (str, _NONE), "iteration": (int, _NONE), "receipt_id": str, "status": str,
+    "abandoned": bool, "attempts": int, "cache": str, "args_sha256": (str, _NONE), "args": object,
+    "result": object, "error": (dict, _NONE), "envelope": (dict, _NONE), "started_at": (str, _NONE),
+    "finished_at": (str, _NONE), "duration_ms": _NUMBER,
+}
+#: A model answer as replay and resume read it back.
+MODEL_ANSWER: dict[str, Any] = {"type": str, "n": int, "role": str, "model": str, "request_sha256": str, "text": str,
+                                "input_tokens": int, "output_tokens": int}
+#: A run's summary as it is shown again (``runs show``, the web page).
+SUMMARY: dict[str, Any] = {"type": str, "run_id": str, "mode": str, "status": str, "counts": dict,
+                           "duration_ms": _NUMBER}
+
+
+def parse_object(text: Any, what: str, required: dict[str, Any] | None = None, run_id: str | None = None) -> dict:
+    """A JSON column that holds an object, with ``required`` keys holding what they must."""
     value = parse_json(text, what, run_id)
     if not isinstance(value, dict):
         raise StateError(f"{what} is not a JSON object", run_id=run_id)
     for key, kind in (required or {}).items():
         got = value.get(key)
-        if not isinstance(got, kind) or isinstance(got, bool) and kind is int:
+        if key not in value or not isinstance(got, kind) or (isinstance(got, bool) and kind in (int, _NUMBER)):
             raise StateError(f"{what} has no valid '{key}'", run_id=run_id)
     return value
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _json
-from ._statedb import Connection, naming_the_run, parse_json, parse_object, schema_problem
+from ._statedb import MODEL_ANSWER, RECEIPT, SUMMARY, Connection, naming_the_run, parse_json, parse_object, schema_problem
 from .chain import EMPTY_SHA256, RESET, Link, link_sha256, record_sha256
 from .errors import RunError, StateError, UsageError
 
@@ -969,7 +969,7 @@ def _row(cur: Any, row: tuple) -> dict:
     try:
         for key in ("options", "counts", "summary"):
             if out.get(key):
-                out[key] = parse_object(out[key], f"the run's {key}")
+                out[key] = parse_object(out[key], f"the run's {key}", SUMMARY if key == "summary" else None)
         if "labels" in out:
             out["labels"] = parse_object(out["labels"], "the run's labels") if out["labels"] else {}
             if not all(isinstance(v, str) for v in out["labels"].values()):
@@ -991,18 +991,25 @@ def _linked_row(cur: Any, row: tuple) -> str:
 
 
 #: The keys every reader of a journaled record relies on, by the kind of record
-_RECORD_KEYS: dict[str, dict[str, type]] = {
-    "receipt": {"type": str, "seq": int, "status": str},
+_RECORD_KEYS: dict[str, dict[str, Any]] = {
+    "receipt": RECEIPT,
     "record": {"type": str},
-    "model_answer": {"type": str, "n": int},
+    "model_answer": MODEL_ANSWER,
 }
 
 
 def _record(kind: str, ref: int, text: str) -> dict:
-    """A journaled record read back: a JSON object with the keys its readers rely on."""
+    """A journaled record read back: a JSON object with the keys its readers rely on, of the type
+    its table holds (a decision in the receipts' table would be shown as what it is not)."""
     from .chain import describe
 
-    return parse_object(text, describe(kind, ref), _RECORD_KEYS[kind])
+    what = describe(kind, ref)
+    rec = parse_object(text, what, _RECORD_KEYS[kind])
+    shown = rec["type"]
+    wrong = shown in ("receipt", "model_answer", "summary") if kind == "record" else shown != kind
+    if wrong:
+        raise StateError(f"{what} is a '{shown[:40]}' record")
+    return rec
 
 
 class JournalWriter:
