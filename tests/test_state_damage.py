@@ -200,6 +200,8 @@ CASES = [
      ["runs show --contract"], "the run's contract snapshot does not parse as JSON", "seq"),
     ("lane payload JSON", "UPDATE lanes SET payload='{{' WHERE run_id='{gated}' AND lane=1",
      ["resume"], "the payload of lane 1 does not parse as JSON", "gated"),
+    ("a lane payload that is not an object", "UPDATE lanes SET payload='\"x\"' WHERE run_id='{gated}' AND lane=0",
+     ["resume"], "the payload of lane 0 is not a JSON object", "gated"),
     ("call arguments JSON", "UPDATE calls SET args='{{' WHERE run_id='{gated}' AND seq=1",
      ["approvals list", "resume"], "the arguments of call seq 1 does not parse as JSON", "gated"),
     ("approval arguments JSON", "UPDATE approvals SET args='{{' WHERE run_id='{gated}'",

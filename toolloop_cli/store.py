@@ -447,7 +447,7 @@ class Store:
             rows = self.db.execute(
                 "SELECT lane, item_key, payload, payload_sha256 FROM lanes WHERE run_id=? ORDER BY lane",
                 (run_id,)).fetchall()
-        return [(i, k, None if p is None else _loads(p, f"the payload of lane {i}"), sha) for i, k, p, sha in rows]
+        return [(i, k, None if p is None else parse_object(p, f"the payload of lane {i}"), sha) for i, k, p, sha in rows]
 
     def calls_of(self, run_id: str) -> Iterator[tuple]:
         with self._lock:

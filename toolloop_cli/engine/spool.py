@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from .. import _json
 
 from .._canonical import sha256_of
-from .._statedb import Connection, parse_json
+from .._statedb import Connection, parse_json, parse_object
 from ..contract.compiled import SubagentSpec
 from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from .redact import Redactor
@@ -188,7 +188,8 @@ class LaneSpool:
                         "SELECT lane, item_key, payload, payload_sha256 FROM lanes"
                         " WHERE run_id=? AND lane BETWEEN ? AND ? ORDER BY lane", (self.run_id, lo, hi)):
                     body = self._payloads.get(index) if withheld is not None else (
-                        None if payload is None else parse_json(payload, f"the payload of lane {index}", self.run_id))
+                        None if payload is None
+                        else parse_object(payload, f"the payload of lane {index}", run_id=self.run_id))
                     lanes[index] = AdmittedLane(index, item_key, body, [])
                 for seq, lane, item_key, call_key, tool, args, sha in db.execute(
                         "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls"
