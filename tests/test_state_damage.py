@@ -202,6 +202,8 @@ CASES = [
      ["resume"], "the payload of lane 1 does not parse as JSON", "gated"),
     ("a lane payload that is not an object", "UPDATE lanes SET payload='\"x\"' WHERE run_id='{gated}' AND lane=0",
      ["resume"], "the payload of lane 0 is not a JSON object", "gated"),
+    ("a call in a lane that is not there", "UPDATE calls SET lane=7 WHERE run_id='{gated}' AND seq=1",
+     ["resume"], "call seq 1 is in lane 7, which the journal does not hold", "gated"),
     ("call arguments JSON", "UPDATE calls SET args='{{' WHERE run_id='{gated}' AND seq=1",
      ["approvals list", "resume"], "the arguments of call seq 1 does not parse as JSON", "gated"),
     ("approval arguments JSON", "UPDATE approvals SET args='{{' WHERE run_id='{gated}'",

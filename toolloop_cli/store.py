@@ -454,7 +454,10 @@ class Store:
             rows = self.db.execute(
                 "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls WHERE run_id=? ORDER BY seq",
                 (run_id,)).fetchall()
+            lanes = {r[0] for r in self.db.execute("SELECT lane FROM lanes WHERE run_id=?", (run_id,))}
         for seq, lane, item, ck, tool, args, sha in rows:
+            if lane not in lanes and (lanes or lane != 0):  # a run journaled without lanes has one, lane 0
+                raise StateError(f"call seq {seq} is in lane {lane}, which the journal does not hold")
             yield seq, lane, item, ck, tool, (None if args is None else _loads(args, f"the arguments of call seq {seq}")), sha
 
     # --- leases (one runner or resumer at a time) -------------------------------------
