@@ -32,7 +32,7 @@ _toolloop_options()
         "toolloop runs list") echo "--format --help --label --state-dir -f -h" ;;
         "toolloop runs prune") echo "--help --keep --older-than --state-dir -h" ;;
         "toolloop runs show") echo "--contract --format --help --state-dir -f -h" ;;
-        "toolloop runs verify") echo "--help --state-dir -h" ;;
+        "toolloop runs verify") echo "--expect --help --state-dir -h" ;;
         "toolloop schema") echo "--help -h" ;;
         "toolloop serve") echo "--help --host --port --state-dir --users -h" ;;
         "toolloop steer") echo "--help --state-dir -h" ;;
@@ -96,6 +96,7 @@ _toolloop_option_value()
         "toolloop runs prune --state-dir") echo "@dir" ;;
         "toolloop runs show --state-dir") echo "@dir" ;;
         "toolloop runs show -f"|"toolloop runs show --format") echo "auto table jsonl json" ;;
+        "toolloop runs verify --expect") echo "@text" ;;
         "toolloop runs verify --state-dir") echo "@dir" ;;
         "toolloop serve --host") echo "@text" ;;
         "toolloop serve --port") echo "@text" ;;

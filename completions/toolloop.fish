@@ -125,6 +125,7 @@ set -g __toolloop_value_options \
     'toolloop runs show --format' \
     'toolloop runs show --state-dir' \
     'toolloop runs show -f' \
+    'toolloop runs verify --expect' \
     'toolloop runs verify --state-dir' \
     'toolloop serve --host' \
     'toolloop serve --port' \
@@ -295,6 +296,7 @@ complete -c toolloop -n '__toolloop_using toolloop runs show' -s h -l help -d 'S
 complete -c toolloop -n '__toolloop_using toolloop runs show' -a '(__toolloop_run_ids)'
 
 # toolloop runs verify
+complete -c toolloop -n '__toolloop_using toolloop runs verify' -l expect -x -d 'A chain_sha256 kept elsewhere (printed when the run, or an earlier session of it, ended): the chain must pass through it.'
 complete -c toolloop -n '__toolloop_using toolloop runs verify' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop runs verify' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop runs verify' -a '(__toolloop_run_ids)'

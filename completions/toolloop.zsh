@@ -263,6 +263,7 @@ _toolloop_runs_show() {
 
 _toolloop_runs_verify() {
     _arguments \
+        '--expect[A chain_sha256 kept elsewhere (printed when the run, or an earlier session of it, ended)\: the chain must pass through it.]:expect: ' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:run_id:_toolloop_run_ids'

@@ -110,8 +110,11 @@ def test_resume_keeps_the_run_labels_and_extends_its_chain(cli, tmp_path):
     after = jsonl(resumed.stdout)[-1]
     assert after["labels"] == {"campaign": "spring"}
     new_links = links(tmp_path, rid)
-    assert new_links[:len(old_links)] == old_links and len(new_links) == len(old_links) + 2
-    assert [(k, ref) for _n, k, ref, _r, _l in new_links[len(old_links):]] == [("receipt", 1), ("receipt", 2)]
+    assert new_links[:len(old_links)] == old_links and len(new_links) == len(old_links) + 4
+    # the approval request is a link; its answer and its use are links too, then the receipts
+    assert ("approval", 0) in [(k, ref) for _n, k, ref, _r, _l in old_links]
+    assert [(k, ref) for _n, k, ref, _r, _l in new_links[len(old_links):]] == [
+        ("approval", 0), ("approval", 0), ("receipt", 1), ("receipt", 2)]
     assert after["chain_sha256"] == new_links[-1][4] != before["chain_sha256"]
     verified = cli("runs", "verify", rid)
     assert verified.returncode == 0, verified.stderr.decode()

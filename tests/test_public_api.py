@@ -9,7 +9,7 @@ import toolloop_cli
 
 PINNED = [
     "AdmittedPlan", "ConfigError", "Contract", "DispatchError", "HaltPolicy", "Problem", "Receipt",
-    "RunError", "RunOptions", "Store", "ToolSpec", "ToolloopError", "UsageError", "admit_plan",
+    "RunError", "RunOptions", "StateError", "Store", "ToolSpec", "ToolloopError", "UsageError", "admit_plan",
     "asyncio_tool", "current_call", "dispatch", "execute_plan", "load_registry", "run_batch", "run_parallel_batch",
 ]
 

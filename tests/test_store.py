@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import APP, jsonl, write
-from toolloop_cli.errors import RunError, UsageError
+from toolloop_cli.errors import RunError, StateError
 from toolloop_cli.store import MIGRATIONS, SCHEMA_VERSION, JournalWriter, Store, holder_alive, lease_token, state_dir
 
 # A registry for the state tests: every tool logs each execution to a file (one line per run).
@@ -113,6 +113,16 @@ def sequential_plan(folder: Path, calls: list[dict], name: str = "plan.yml") -> 
     return write(folder / name, json.dumps(body))
 
 
+def receipt_record(seq: int, status: str = "ok") -> dict:
+    """A whole receipt record of run 'r', as the journal holds one."""
+    from toolloop_cli.receipts import Receipt
+
+    return Receipt(run_id="r", seq=seq, completion_seq=seq, subagent="s", tool="t", parallel_batch_id=None,
+                   item_key=None, call_key=str(seq), parent_receipt_id=None, iteration=None, receipt_id=f"id{seq}",
+                   status=status, abandoned=False, attempts=1, cache="off", args_sha256=None, args={}, result=None,
+                   error=None, envelope=None, started_at=None, finished_at=None, duration_ms=0.0).as_record()
+
+
 def read_log(path: Path) -> list[str]:
     return path.read_text().split() if path.exists() else []
 
@@ -192,7 +202,7 @@ def test_a_later_migration_upgrades_in_place_and_keeps_data(tmp_path):
 def test_a_failing_migration_leaves_the_old_version(tmp_path):
     Store(tmp_path).close()
     broken = MIGRATIONS + [("ALTER TABLE runs ADD COLUMN note TEXT", "THIS IS NOT SQL")]
-    with pytest.raises(UsageError):
+    with pytest.raises(StateError):
         Store(tmp_path, migrations=broken)
     store = Store(tmp_path)
     assert store.schema_version == SCHEMA_VERSION
@@ -220,10 +230,12 @@ def test_a_database_from_a_newer_toolloop_is_refused(tmp_path, cli):
 def test_not_a_database(tmp_path, cli):
     (tmp_path / "st").mkdir()
     (tmp_path / "st" / "state.db").write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(UsageError, match="is not a usable toolloop state database"):
+    with pytest.raises(StateError, match="is damaged: file is not a database"):
         Store(tmp_path / "st")
     r = cli("runs", "list", "--state-dir", "st")
-    assert r.returncode == 2 and b"not a usable toolloop state database" in r.stderr
+    assert r.returncode == 2
+    assert r.stderr.decode() == (f"toolloop: error: the state database {Path('st', 'state.db')} is damaged: file is not"
+                                 " a database; restore it from a copy, or use another --state-dir\n")
 
 
 def test_two_openers_of_a_fresh_folder_migrate_once(tmp_path):
@@ -302,7 +314,7 @@ def test_journal_keeps_committing_after_the_output_breaks(tmp_path):
 
     writer = JournalWriter(store, emit, on_error=failures.append)
     for seq in range(6):
-        writer({"type": "receipt", "run_id": "r", "seq": seq, "status": "ok"})
+        writer(receipt_record(seq))
     with pytest.raises(BrokenPipeError):
         writer.close()
     assert len(failures) == 1
@@ -315,7 +327,7 @@ def test_journal_hands_records_on_in_order(tmp_path):
     got: list[int] = []
     writer = JournalWriter(store, lambda r: got.append(r["seq"]), max_batch=7)
     for seq in range(1000):
-        writer({"type": "receipt", "run_id": "r", "seq": seq, "status": "ok"})
+        writer(receipt_record(seq))
     writer.close()
     assert got == list(range(1000))
     assert len(store.receipts_of("r")) == 1000

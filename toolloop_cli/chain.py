@@ -1,30 +1,43 @@
 """The hash chain over a run's records (tamper evidence).
 
-Every record of a run that the journal commits (a receipt, a decision, a supervisor or guardrail
-record, a model answer) adds one link, in commit order:
+Every record of a run that the journal commits adds one link, in commit order:
 
     record_sha256 = SHA-256 of the record exactly as the journal stores it (UTF-8 JSON text)
     link_sha256   = SHA-256 of "<previous link_sha256>\\n<kind>\\n<ref>\\n<record_sha256>"
 
-where the first link's previous link is the empty string, ``kind`` is ``receipt`` (ref: its
-``seq``), ``record`` (ref: its number among the run's other records) or ``model_answer`` (ref:
-its ``n``). A ``reset`` link (ref -1, record_sha256 of the empty string) says that the run's other
-records were cleared to be recorded again (a resumed routed run replays its loop). The head is the
-last link; the summary carries it as ``chain_sha256``.
+where the first link's previous link is the empty string, and ``kind`` and ``ref`` are:
 
-A record replaced later (a resumed run settles a call again) keeps its old link: only the last
-link for each record is checked against what the journal holds now. ``verify`` recomputes the
-chain and names the first record that does not match.
+- ``receipt`` (ref: its ``seq``), ``record`` (a decision, supervisor or guardrail record; ref: its
+  number among the run's other records), ``model_answer`` (ref: its ``n``);
+- ``approval`` (ref: the request's number in its run): an approval request, linked again each time
+  it changes (answered, used, asked again); its text is the row's columns other than its keys'
+  numbers, as canonical JSON (sorted keys, NULL columns left out);
+- ``control`` (ref: its ``n``): an operator's steer or abort, linked again when a run reads it.
+
+A ``reset`` link (ref -1, record_sha256 of the empty string) says that the run's other records
+were cleared to be recorded again (a resumed routed run replays its loop). The head is the last
+link; the summary carries it as ``chain_sha256``. Approval answers and controls may be linked after
+the summary while a run is paused (a person answers, an operator aborts): only such links may
+follow the summary's head.
+
+A record replaced later (a resumed run settles a call again, a request is answered) keeps its old
+link: only the last link for each record is checked against what the journal holds now. ``verify``
+recomputes the chain and names the first record that does not match; given a head kept elsewhere
+(``expect``: a ``chain_sha256`` printed when the run, or an earlier session of it, ended), it also
+checks that the chain still passes through it, which a journal rewritten with recomputed links
+does not.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
-KINDS = ("receipt", "record", "model_answer")
+KINDS = ("receipt", "record", "model_answer", "approval", "control")
 RESET = "reset"
+#: kinds another process may link while the run is paused, after its summary
+AFTER_SUMMARY = frozenset({"approval", "control"})
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
@@ -51,18 +64,26 @@ class Verdict:
     links: int
     head: str | None
     problem: str | None = None
+    #: the number of the link that is the head given with ``expect``
+    expected_at: int | None = None
 
 
 def describe(kind: str, ref: int, record: dict | None = None) -> str:
     """How a person finds the record: its type and keys."""
+    def keys(*names: str) -> str:
+        if record is None:
+            return ""
+        parts = [f"{k} {record[k]!r}" for k in names if record.get(k) not in (None, "")]
+        return f" ({', '.join(parts)})" if parts else ""
+
     if kind == "receipt":
-        keys = ""
-        if record is not None:
-            parts = [f"{k} {record[k]!r}" for k in ("item_key", "call_key") if record.get(k) is not None]
-            keys = f" ({', '.join(parts)})" if parts else ""
-        return f"receipt seq {ref}{keys}"
+        return f"receipt seq {ref}{keys('item_key', 'call_key')}"
     if kind == "model_answer":
         return f"model answer {ref}"
+    if kind == "approval":
+        return f"approval request {ref}{keys('item_key', 'call_key')}"
+    if kind == "control":
+        return f"operator control {ref}{keys('kind')}"
     if kind == "record" and record is not None and isinstance(record.get("type"), str):
         it = record.get("iteration")
         return f"{record['type']} record {ref}" + (f" (iteration {it})" if it is not None else "")
@@ -70,9 +91,11 @@ def describe(kind: str, ref: int, record: dict | None = None) -> str:
 
 
 def verify(links: Iterable[Link], current: dict[tuple[str, int], str], *,
-           summary_head: str | None = None, parse: Callable[[str], dict | None] = lambda _t: None) -> Verdict:
+           summary_head: str | None = None, parse: Callable[[str], dict | None] = lambda _t: None,
+           expect: str | None = None) -> Verdict:
     """Recompute the chain from ``links`` (in order) and check it against the records the
-    journal holds now (``current``: (kind, ref) -> stored text)."""
+    journal holds now (``current``: (kind, ref) -> stored text), the summary's head, and the head
+    given as ``expect`` (a link the chain must pass through)."""
     links = list(links)
     last: dict[tuple[str, int], int] = {}
     last_reset = -1
@@ -105,8 +128,58 @@ def verify(links: Iterable[Link], current: dict[tuple[str, int], str], *,
         return Verdict(False, len(links), None,
                        f"{describe(key[0], key[1], parse(current[key]))} has no link in the chain")
     head = previous or None
-    if summary_head is not None and summary_head != head:
-        return Verdict(False, len(links), head,
-                       f"the summary's chain_sha256 {summary_head[:12]}… is not the chain's head"
-                       f" {(head or 'none')[:12]}…")
+    at = {link.link_sha256: i for i, link in enumerate(links)}
+    if summary_head is not None:
+        i = at.get(summary_head)
+        later = [link for link in links[i + 1:] if link.kind not in AFTER_SUMMARY] if i is not None else []
+        if i is None or later:
+            return Verdict(False, len(links), head,
+                           f"the summary's chain_sha256 {summary_head[:12]}… is not the chain's head"
+                           f" {(head or 'none')[:12]}…")
+    if expect is not None:
+        if expect not in at:
+            return Verdict(False, len(links), head,
+                           f"the head given with --expect, {expect[:12]}…, is not a link of the chain (whose head is"
+                           f" {(head or 'none')[:12]}…): the journal was rewritten after that head was printed,"
+                           " or it is another run's")
+        return Verdict(True, len(links), head, expected_at=links[at[expect]].n)
     return Verdict(True, len(links), head)
+
+
+def verify_run(store: Any, run: dict, expect: str | None = None) -> Verdict | None:
+    """The verdict on a journaled run's chain (``store`` is a ``Store``); None when the run has
+    records but no chain at all (journaled by a toolloop without tamper evidence)."""
+    links, current = store.chain_of(run["run_id"])
+    if not links and current:
+        return None
+    summary = run.get("summary") if isinstance(run.get("summary"), dict) else None
+    head = summary.get("chain_sha256") if summary is not None else None
+    return verify(links, current, summary_head=head if isinstance(head, str) else None, parse=_parse, expect=expect)
+
+
+def refuse_unless_it_holds(store: Any, run: dict, doing: str) -> None:
+    """``resume`` and ``replay`` go on only with a run whose chain holds: a ``ConfigError``
+    (exit 3) naming the first record that does not match, so an approval or a record edited in
+    the database by hand is never acted on."""
+    verdict = verify_run(store, run)
+    if verdict is not None and verdict.ok:
+        return
+    from .contract.problems import Problem
+    from .errors import ConfigError
+
+    rid = run["run_id"]
+    why = ("it was journaled by a toolloop without tamper evidence (no hash chain)" if verdict is None
+           else f"the journal does not match its hash chain: {verdict.problem}")
+    raise ConfigError([Problem("TL370", f"run {rid} cannot be {doing}: {why}", "<journal>",
+                               hint=f"the journal was changed after it was written; see 'toolloop runs verify {rid}',"
+                                    " and run the plan again as a new run")])
+
+
+def _parse(text: str) -> dict | None:
+    from . import _json
+
+    try:
+        value = _json.loads(text)
+    except _json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -13,6 +13,7 @@ leaves a half-written one (SQLite checks every WAL frame and ignores an incomple
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import socket
@@ -24,8 +25,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from . import _json
+from ._statedb import MODEL_ANSWER, RECEIPT, SUMMARY, Connection, naming_the_run, parse_json, parse_object, schema_problem
 from .chain import EMPTY_SHA256, RESET, Link, link_sha256, record_sha256
-from .errors import RunError, UsageError
+from .errors import RunError, StateError, UsageError
 
 # Each entry brings the schema from version i to i + 1; append, never edit a shipped entry.
 MIGRATIONS: list[tuple[str, ...]] = [
@@ -163,6 +165,15 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (  # 8: a streamed lane's item key is looked up in the journal, not kept in memory
         "CREATE INDEX IF NOT EXISTS lanes_by_item_key ON lanes (run_id, item_key)",
     ),
+    (  # 9: approval requests and answers and operator controls are links of the run's hash chain:
+       # a request's number in its run is its ref; NULL (and a control's NULL ``linked``) marks a
+       # row journaled before they were, which is never acted on without a link of its own
+        "ALTER TABLE approvals ADD COLUMN n INTEGER",
+        "ALTER TABLE controls ADD COLUMN linked INTEGER",
+        # a request's or a control's last link is found without reading the run's receipts' links
+        "CREATE INDEX IF NOT EXISTS chain_approvals ON chain (run_id, ref, n) WHERE kind='approval'",
+        "CREATE INDEX IF NOT EXISTS chain_controls ON chain (run_id, ref, n) WHERE kind='control'",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -180,8 +191,9 @@ def _dumps(value: Any) -> str:
     return _json.dumps(value).decode()
 
 
-def _loads(text: str | bytes) -> Any:
-    return _json.loads(text)
+def _loads(text: str | bytes, what: str = "a stored value", run_id: str | None = None) -> Any:
+    """A JSON column's value; damage (a ``StateError`` naming ``what``) when it does not parse."""
+    return parse_json(text, what, run_id)
 
 
 def _keep_out_of_git(folder: Path, ours: bool) -> None:
@@ -193,10 +205,12 @@ def _keep_out_of_git(folder: Path, ours: bool) -> None:
         marker.write_text("# toolloop's state (journal and cache): never committed\n*\n", encoding="utf-8")
 
 
+@naming_the_run
 class Store:
     """The journal and cache. Methods are synchronous and thread-safe (one connection behind a
     lock); the engine reaches them through ``JournalWriter`` (receipts) or short calls (cache,
-    start markers)."""
+    start markers). Every read goes through ``_statedb``: a damaged database is a ``StateError``
+    naming the file (and the run and record where known), never a crash further in."""
 
     def __init__(self, folder: str | os.PathLike, *, create: bool = True,
                  migrations: list[tuple[str, ...]] | None = None):
@@ -208,7 +222,8 @@ class Store:
             new_folder = not folder.exists()
             folder.mkdir(parents=True, exist_ok=True)
             _keep_out_of_git(folder, new_folder or folder.name == ".toolloop")
-            self.db = sqlite3.connect(self.path, timeout=30, check_same_thread=False, isolation_level=None)
+            self.db = Connection(sqlite3.connect(self.path, timeout=30, check_same_thread=False,
+                                                 isolation_level=None), self.path)
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
         self._lock = threading.RLock()
@@ -220,9 +235,13 @@ class Store:
                                  " put --state-dir on a local file system")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate(MIGRATIONS if migrations is None else migrations)
+            # a table dropped or renamed, or a column gone, is named now, before anything is run
+            problem = schema_problem(self.db, MIGRATIONS if migrations is None else migrations)
+            if problem is not None:
+                raise StateError(problem, path=self.path)
         except sqlite3.DatabaseError as exc:
             self.db.close()
-            raise UsageError(f"{self.path} is not a usable toolloop state database: {exc}") from None
+            raise StateError(f"it is not a usable toolloop state database ({exc})", path=self.path) from None
         except BaseException:
             self.db.close()
             raise
@@ -253,6 +272,8 @@ class Store:
             self.db.execute("BEGIN IMMEDIATE")
             try:
                 version = self.schema_version
+                if version < 0:
+                    raise StateError(f"its schema version is {version}, which no toolloop writes", path=self.path)
                 if version > target:
                     raise RunError(
                         f"the state database {self.path} has schema version {version}, newer than this toolloop"
@@ -272,15 +293,20 @@ class Store:
             self.db.close()
 
     def _transaction(self, work: Callable[[], Any]) -> Any:
+        with self._writing():
+            return work()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction (a change and its link in the run's hash chain commit together)."""
         with self._lock:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                out = work()
+                yield
             except BaseException:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
-            return out
 
     # --- runs -------------------------------------------------------------------------
     def create_run(self, run: dict) -> None:
@@ -307,7 +333,7 @@ class Store:
         """The contract snapshot stored with the run, or None (a run journaled before snapshots)."""
         with self._lock:
             row = self.db.execute("SELECT contract FROM runs WHERE run_id=?", (run_id,)).fetchone()
-        return None if row is None or row[0] is None else _loads(row[0])
+        return None if row is None or row[0] is None else parse_object(row[0], "the run's contract snapshot")
 
     def set_total_calls(self, run_id: str, total: int) -> None:
         with self._lock:
@@ -346,7 +372,7 @@ class Store:
         """Change one of a run's recorded options (a resume's new --halt policy)."""
         def work() -> None:
             row = self.db.execute("SELECT options FROM runs WHERE run_id=?", (run_id,)).fetchone()
-            options = _loads(row[0]) if row and row[0] else {}
+            options = parse_object(row[0], "the run's options") if row and row[0] else {}
             options[key] = value
             self.db.execute("UPDATE runs SET options=? WHERE run_id=?", (_dumps(options), run_id))
 
@@ -421,15 +447,18 @@ class Store:
             rows = self.db.execute(
                 "SELECT lane, item_key, payload, payload_sha256 FROM lanes WHERE run_id=? ORDER BY lane",
                 (run_id,)).fetchall()
-        return [(i, k, None if p is None else _loads(p), sha) for i, k, p, sha in rows]
+        return [(i, k, None if p is None else parse_object(p, f"the payload of lane {i}"), sha) for i, k, p, sha in rows]
 
     def calls_of(self, run_id: str) -> Iterator[tuple]:
         with self._lock:
             rows = self.db.execute(
                 "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls WHERE run_id=? ORDER BY seq",
                 (run_id,)).fetchall()
+            lanes = {r[0] for r in self.db.execute("SELECT lane FROM lanes WHERE run_id=?", (run_id,))}
         for seq, lane, item, ck, tool, args, sha in rows:
-            yield seq, lane, item, ck, tool, (None if args is None else _loads(args)), sha
+            if lane not in lanes and (lanes or lane != 0):  # a run journaled without lanes has one, lane 0
+                raise StateError(f"call seq {seq} is in lane {lane}, which the journal does not hold")
+            yield seq, lane, item, ck, tool, (None if args is None else _loads(args, f"the arguments of call seq {seq}")), sha
 
     # --- leases (one runner or resumer at a time) -------------------------------------
     def acquire_lease(self, run_id: str, owner: str, seconds: float | None = None) -> bool:
@@ -472,10 +501,12 @@ class Store:
     # --- approvals (SPEC 6.4) -------------------------------------------------------------
     def request_approval(self, run_id: str, item_key: str | None, call_key: str, args_sha256: str) -> None:
         """A gated call waits for a person: a pending request (an existing answer is kept)."""
-        with self._lock:
-            self.db.execute(
+        with self._writing():
+            cur = self.db.execute(
                 "INSERT OR IGNORE INTO approvals (run_id, item_key, call_key, args_sha256, state, requested_at)"
                 " VALUES (?,?,?,?,?,?)", (run_id, item_key or "", call_key, args_sha256, "pending", time.time()))
+            if cur.rowcount == 1:
+                self._link_approval(run_id, item_key, call_key)
 
     def approval(self, run_id: str, item_key: str | None, call_key: str) -> dict | None:
         with self._lock:
@@ -486,19 +517,21 @@ class Store:
                 return None
             out = _row(cur, row)
         if out.get("args") is not None:
-            out["args"] = _loads(out["args"])
+            out["args"] = _loads(out["args"], f"the approved arguments of call '{call_key}'")
         return out
 
     def answer_approval(self, run_id: str, item_key: str | None, call_key: str, state: str,
                         args_sha256: str | None = None, args: Any = None, message: str | None = None,
                         approver: str | None = None) -> bool:
         """Answer a pending request once (compare-and-set); False when none is pending."""
-        with self._lock:
+        with self._writing():
             cur = self.db.execute(
                 "UPDATE approvals SET state=?, args_sha256=COALESCE(?, args_sha256), args=?, message=?, approver=?,"
                 " answered_at=? WHERE run_id=? AND item_key=? AND call_key=? AND state='pending'",
                 (state, args_sha256, None if args is None else _dumps(args), message, approver, time.time(), run_id,
                  item_key or "", call_key))
+            if cur.rowcount == 1:
+                self._link_approval(run_id, item_key, call_key)
             return cur.rowcount == 1
 
     def answer_all_pending(self, run_id: str, state: str, message: str | None = None,
@@ -513,25 +546,30 @@ class Store:
             self.db.execute(
                 "UPDATE approvals SET state=?, message=?, approver=?, answered_at=? WHERE run_id=? AND state='pending'",
                 (state, message, approver, time.time(), run_id))
+            for item, ck in keys:
+                self._link_approval(run_id, item, ck)
             return [(item or None, ck) for item, ck in keys]
 
         return self._transaction(work)
 
     def use_approval(self, run_id: str, item_key: str | None, call_key: str) -> bool:
         """An approval is used once: approved -> used (compare-and-set)."""
-        with self._lock:
+        with self._writing():
             cur = self.db.execute(
                 "UPDATE approvals SET state='used' WHERE run_id=? AND item_key=? AND call_key=? AND state='approved'",
                 (run_id, item_key or "", call_key))
+            if cur.rowcount == 1:
+                self._link_approval(run_id, item_key, call_key)
             return cur.rowcount == 1
 
     def reopen_approval(self, run_id: str, item_key: str | None, call_key: str, args_sha256: str) -> None:
         """A used or stale answer no longer holds: the call waits for a person again."""
-        with self._lock:
+        with self._writing():
             self.db.execute(
                 "UPDATE approvals SET state='pending', args_sha256=?, args=NULL, message=NULL, approver=NULL,"
                 " answered_at=NULL, requested_at=? WHERE run_id=? AND item_key=? AND call_key=?",
                 (args_sha256, time.time(), run_id, item_key or "", call_key))
+            self._link_approval(run_id, item_key, call_key)
 
     def pending_approvals(self, run_id: str) -> list[dict]:
         with self._lock:
@@ -555,7 +593,8 @@ class Store:
             cur = self.db.execute(sql, (run_id,) if run_id is not None else ())
             rows = [_row(cur, r) for r in cur.fetchall()]
         for row in rows:
-            row["args"] = None if row["args"] is None else _loads(row["args"])
+            row["args"] = None if row["args"] is None else _loads(row["args"], f"the arguments of call seq {row['seq']}",
+                                                                  row["run_id"])
         return rows
 
     def resolve_run_id(self, run_id: str) -> str:
@@ -642,8 +681,57 @@ class Store:
                               ("record", "SELECT n, record FROM records WHERE run_id=?"),
                               ("model_answer", "SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL")):
                 for ref, text in self.db.execute(sql, (run_id,)):
+                    _record(kind, ref, text)  # one that does not parse is damage, not a mismatch
                     current[(kind, ref)] = text
+            for kind, sql in (("approval", "SELECT * FROM approvals WHERE run_id=? AND n IS NOT NULL"),
+                              ("control", "SELECT * FROM controls WHERE run_id=? AND linked IS NOT NULL")):
+                cur = self.db.execute(sql, (run_id,))
+                for row in cur.fetchall():
+                    text = _linked_row(cur, row)
+                    current[(kind, row[[d[0] for d in cur.description].index("n")])] = text
         return links, current
+
+    # --- approval requests and answers, operator controls: links of the run's chain ------------
+    def link_holds(self, run_id: str, kind: str, ref: int | None) -> bool:
+        """Whether approval request or control ``ref`` (``kind`` ``approval`` or ``control``) is,
+        as it stands now, what its last link says, and that link follows from the one before it.
+        False for a row journaled before such rows were links (it has no link of its own)."""
+        if kind not in ("approval", "control"):
+            raise ValueError(kind)
+        if ref is None:
+            return False
+        with self._lock:
+            text = self._linked_text(kind, run_id, ref)
+            last = self.db.execute(  # kind is one of two literals: the partial index answers it
+                f"SELECT n, record_sha256, link_sha256 FROM chain WHERE run_id=? AND kind='{kind}' AND ref=?"
+                " ORDER BY n DESC LIMIT 1", (run_id, ref)).fetchone()
+            if text is None or last is None or record_sha256(text) != last[1]:
+                return False
+            before = self.db.execute("SELECT link_sha256 FROM chain WHERE run_id=? AND n=?",
+                                     (run_id, last[0] - 1)).fetchone()
+        return link_sha256(before[0] if before else "", kind, ref, last[1]) == last[2]
+
+    def _link_approval(self, run_id: str, item_key: str | None, call_key: str) -> None:
+        """Link a request as it stands now (inside the transaction that changed it); a request
+        journaled before requests were links gets its number in the run first."""
+        keys = (run_id, item_key or "", call_key)
+        row = self.db.execute("SELECT n FROM approvals WHERE run_id=? AND item_key=? AND call_key=?", keys).fetchone()
+        if row is None:
+            return
+        n = row[0]
+        if n is None:
+            n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM approvals WHERE run_id=?", (run_id,)).fetchone()[0]
+            self.db.execute("UPDATE approvals SET n=? WHERE run_id=? AND item_key=? AND call_key=?", (n, *keys))
+        self._link([(run_id, "approval", n, self._linked_text("approval", run_id, n))])
+
+    def _linked_text(self, kind: str, run_id: str, ref: int) -> str | None:
+        """The text an approval request or a control is linked as, or None when there is no such
+        row (or, for a control, it was journaled before controls were links)."""
+        sql = ("SELECT * FROM approvals WHERE run_id=? AND n=?" if kind == "approval"
+               else "SELECT * FROM controls WHERE run_id=? AND n=? AND linked IS NOT NULL")
+        cur = self.db.execute(sql, (run_id, ref))
+        row = cur.fetchone()
+        return None if row is None else _linked_row(cur, row)
 
     def clear_records(self, run_id: str) -> None:
         """Forget a run's other output records (a resumed routed run records them again as it
@@ -657,17 +745,18 @@ class Store:
     def records_of(self, run_id: str) -> list[tuple[int, dict]]:
         """The run's other output records in commit order: ``(receipts_before, record)``."""
         with self._lock:
-            rows = self.db.execute("SELECT receipts_before, record FROM records WHERE run_id=? ORDER BY n",
+            rows = self.db.execute("SELECT n, receipts_before, record FROM records WHERE run_id=? ORDER BY n",
                                    (run_id,)).fetchall()
-        return [(before, _loads(rec)) for before, rec in rows]
+        return [(before, _record("record", n, rec)) for n, before, rec in rows]
 
     # --- operators (steer, abort) -------------------------------------------------------
     def add_control(self, run_id: str, kind: str, message: str | None) -> int:
         """Record an operator's steer or abort for a run; returns its number."""
         def work() -> int:
             n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM controls WHERE run_id=?", (run_id,)).fetchone()[0]
-            self.db.execute("INSERT INTO controls (run_id, n, kind, message, at) VALUES (?,?,?,?,?)",
+            self.db.execute("INSERT INTO controls (run_id, n, kind, message, at, linked) VALUES (?,?,?,?,?,1)",
                             (run_id, n, kind, message, time.time()))
+            self._link([(run_id, "control", n, self._linked_text("control", run_id, n))])
             return n
 
         return self._transaction(work)
@@ -680,9 +769,12 @@ class Store:
 
     def consume_control(self, run_id: str, n: int, iteration: int) -> None:
         """The run read control ``n`` before turn ``iteration`` (a resume applies it there again)."""
-        with self._lock:
-            self.db.execute("UPDATE controls SET consumed_at=? WHERE run_id=? AND n=? AND consumed_at IS NULL",
-                            (iteration, run_id, n))
+        with self._writing():
+            cur = self.db.execute("UPDATE controls SET consumed_at=? WHERE run_id=? AND n=? AND consumed_at IS NULL",
+                                  (iteration, run_id, n))
+            text = self._linked_text("control", run_id, n) if cur.rowcount == 1 else None
+            if text is not None:
+                self._link([(run_id, "control", n, text)])
 
     # --- model answers (routed runs: replay and resume reuse them) ---------------------
     def put_model_answer(self, answer: dict) -> None:
@@ -702,14 +794,14 @@ class Store:
 
     def model_answers_of(self, run_id: str) -> list[dict]:
         with self._lock:
-            rows = self.db.execute("SELECT record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
+            rows = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
                                    (run_id,)).fetchall()
-        return [_loads(r[0]) for r in rows]
+        return [_record("model_answer", n, text) for n, text in rows]
 
     def receipts_of(self, run_id: str) -> list[dict]:
         with self._lock:
-            rows = self.db.execute("SELECT record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
-        return [_loads(r[0]) for r in rows]
+            rows = self.db.execute("SELECT seq, record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+        return [_record("receipt", seq, text) for seq, text in rows]
 
     def counts_of(self, run_id: str) -> dict[str, int]:
         """Receipts per status so far (for a run that has no summary yet)."""
@@ -808,7 +900,7 @@ class Store:
         """``(result,)`` for a stored key, else None (a stored ``null`` result is a hit too)."""
         with self._lock:
             row = self.db.execute("SELECT result FROM cache WHERE key=?", (key,)).fetchone()
-        return None if row is None else (_loads(row[0]),)
+        return None if row is None else (_loads(row[0], f"the cached result {key[:16]}…"),)
 
     def put(self, key: str, tool: str, result: Any) -> None:
         with self._lock:
@@ -875,14 +967,52 @@ def holder_pid(owner: str | None) -> str:
     return owner.split(":")[0] if owner else "?"
 
 
-def _row(cur: sqlite3.Cursor, row: tuple) -> dict:
+def _row(cur: Any, row: tuple) -> dict:
     out = {d[0]: v for d, v in zip(cur.description, row)}
-    for key in ("options", "counts", "summary"):
-        if out.get(key):
-            out[key] = _loads(out[key])
-    if "labels" in out:
-        out["labels"] = _loads(out["labels"]) if out["labels"] else {}
+    try:
+        for key in ("options", "counts", "summary"):
+            if out.get(key):
+                out[key] = parse_object(out[key], f"the run's {key}", SUMMARY if key == "summary" else None)
+        if "labels" in out:
+            out["labels"] = parse_object(out["labels"], "the run's labels") if out["labels"] else {}
+            if not all(isinstance(v, str) for v in out["labels"].values()):
+                raise StateError("the run's labels are not all text")
+        if isinstance(out.get("counts"), dict) and not all(type(v) is int for v in out["counts"].values()):
+            raise StateError("the run's counts are not all integers")
+    except StateError as exc:
+        exc.run_id = exc.run_id or out.get("run_id")
+        raise
     return out
+
+
+def _linked_row(cur: Any, row: tuple) -> str:
+    """An approval request or control as its link hashes it: the row's columns but its keys'
+    numbers, NULL ones left out (so a column added later does not change older rows' text), as
+    canonical JSON."""
+    return _json.dumps({d[0]: v for d, v in zip(cur.description, row)
+                        if d[0] not in ("run_id", "n", "linked") and v is not None}, canonical=True).decode()
+
+
+#: The keys every reader of a journaled record relies on, by the kind of record
+_RECORD_KEYS: dict[str, dict[str, Any]] = {
+    "receipt": RECEIPT,
+    "record": {"type": str},
+    "model_answer": MODEL_ANSWER,
+}
+
+
+def _record(kind: str, ref: int, text: str) -> dict:
+    """A journaled record read back: a JSON object with the keys its readers rely on, of the type
+    its table holds (a decision in the receipts' table would be shown as what it is not)."""
+    from .chain import describe
+
+    what = describe(kind, ref)
+    rec = parse_object(text, what, _RECORD_KEYS[kind])
+    shown = rec["type"]
+    wrong = shown in ("receipt", "model_answer", "summary") if kind == "record" else shown != kind
+    if wrong:
+        raise StateError(f"{what} is a '{shown[:40]}' record")
+    return rec
 
 
 class JournalWriter:

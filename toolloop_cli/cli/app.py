@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from . import approvals_cmds, complete_cmd, init_cmd, lint_cmds, ops_cmds, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
+from . import approvals_cmds, complete_cmd, init_cmd, lint_cmds, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
 
 app = typer.Typer(
     name="toolloop",
@@ -52,7 +52,7 @@ app.command()(routed_cmds.steer)
 app.command()(routed_cmds.abort)
 runs_cmds.runs_app.command("export")(routed_cmds.export)
 runs_cmds.runs_app.command("prune")(prune_cmd.prune)
-runs_cmds.runs_app.command("verify")(ops_cmds.verify)
+runs_cmds.runs_app.command("verify")(runs_cmds.verify)
 app.add_typer(runs_cmds.runs_app, name="runs")
 app.command()(serve_cmd.serve)
 app.command("__complete-run-ids", hidden=True)(complete_cmd.complete_run_ids)
@@ -63,7 +63,7 @@ def main() -> None:
     traceback; anything else is a bug in toolloop, named on one line (exit 70)."""
     import sys
 
-    from ..errors import ConfigError, InternalError, RunError, UsageError
+    from ..errors import ConfigError, InternalError, RunError, StateError, UsageError
     from .common import guard_standard_streams
 
     guard_standard_streams()
@@ -72,11 +72,12 @@ def main() -> None:
             _validate_with_sarif_errors()
         else:
             app()
-    except (UsageError, RunError) as exc:
+    except (UsageError, RunError, StateError) as exc:
         from .._text import clip
 
+        # a damaged state database (StateError) is exit 2 whichever command read it
         sys.stderr.write(f"toolloop: error: {clip(str(exc), 500)}\n")
-        sys.exit(2 if isinstance(exc, UsageError) else 1)
+        sys.exit(1 if isinstance(exc, RunError) else 2)
     except ConfigError as exc:
         from .common import print_findings
 

@@ -1,14 +1,10 @@
-"""Running in production: run labels, ``runs verify`` (the journal's hash chain) and
-``runs show --contract`` (the contract a run used)."""
+"""Running in production: run labels and ``runs show --contract`` (the contract a run used)."""
 
 from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 from typing import List, Optional
-
-import typer
 
 from .common import fail
 
@@ -36,44 +32,6 @@ def parse_labels(given: Optional[List[str]], flag: str = "--label") -> dict[str,
             fail(f"{flag} {excerpt(key)} is given twice with different values", 2, "give each key once")
         labels[key] = value
     return labels
-
-
-def verify(
-    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
-) -> None:
-    """Recompute the hash chain over a run's records; exit 1 naming the first record that does not match."""
-    import orjson
-
-    from ..chain import verify as verify_chain
-    from ..engine.resume import find_run
-    from ..store import Store, state_dir as pick
-
-    store = Store(pick(str(state_dir) if state_dir else None), create=False)
-    try:
-        run = find_run(store, run_id)
-        links, current = store.chain_of(run["run_id"])
-    finally:
-        store.close()
-    summary = run["summary"] if isinstance(run["summary"], dict) else None
-    head = summary.get("chain_sha256") if summary is not None else None
-
-    def parse(text: str) -> dict | None:
-        try:
-            value = orjson.loads(text)
-        except orjson.JSONDecodeError:
-            return None
-        return value if isinstance(value, dict) else None
-
-    rid = run["run_id"]
-    if not links and current:
-        fail(f"run {rid} has no hash chain: it was journaled by a toolloop without tamper evidence", 1)
-    verdict = verify_chain(links, current, summary_head=head, parse=parse)
-    if not verdict.ok:
-        fail(f"run {rid}: the journal does not match its hash chain: {verdict.problem}", 1,
-             "the journal was changed after it was written; compare it with a copy of the run's output")
-    shown = f", head {verdict.head}" if verdict.head else ""
-    sys.stdout.write(f"run {rid}: hash chain holds ({verdict.links} link{'s' if verdict.links != 1 else ''}{shown})\n")
 
 
 def print_contract(store: object, run: dict) -> None:

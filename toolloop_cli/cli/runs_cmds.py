@@ -1,4 +1,4 @@
-"""resume and runs list/show: commands over the journal."""
+"""resume and runs list/show/verify: commands over the journal."""
 
 from __future__ import annotations
 
@@ -167,6 +167,37 @@ def show_run(
     if not run["summary"]:
         sys.stderr.write(f"toolloop: run {run['run_id']} is {status} and has no summary yet"
                          f"{'; resume with: toolloop resume ' + run['run_id'] if status == 'interrupted' else ''}\n")
+
+
+def verify(
+    run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
+    expect: Optional[str] = typer.Option(None, "--expect", metavar="SHA256", help="A chain_sha256 kept elsewhere (printed when the run, or an earlier session of it, ended): the chain must pass through it."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
+) -> None:
+    """Recompute the hash chain over a run's records; exit 1 naming the first record that does not match."""
+    import re
+
+    from ..chain import verify_run
+    from ..engine.resume import find_run
+
+    if expect is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", expect):
+        fail("--expect takes a SHA-256 in hex (64 characters), the chain_sha256 of one of the run's summaries", 2)
+    store = _open_store(state_dir)
+    try:
+        run = find_run(store, run_id)
+        verdict = verify_run(store, run, expect=expect.lower() if expect else None)
+    finally:
+        store.close()
+    rid = run["run_id"]
+    if verdict is None:
+        fail(f"run {rid} has no hash chain: it was journaled by a toolloop without tamper evidence", 1)
+    if not verdict.ok:
+        fail(f"run {rid}: the journal does not match its hash chain: {verdict.problem}", 1,
+             "the journal was changed after it was written; compare it with a copy of the run's output")
+    shown = f", head {verdict.head}" if verdict.head else ""
+    sys.stdout.write(f"run {rid}: hash chain holds ({verdict.links} link{'s' if verdict.links != 1 else ''}{shown})"
+                     + (f"; --expect is link {verdict.expected_at}" if verdict.expected_at is not None else "")
+                     + "\n")
 
 
 def _quiet_stdout() -> None:

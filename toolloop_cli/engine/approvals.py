@@ -4,17 +4,20 @@ with the approved arguments, once, or gives it a ``denied`` receipt."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .._canonical import sha256_of
 
 
 class Approvals:
-    """The answers to one run's approval gates, read from and written to the journal."""
+    """The answers to one run's approval gates, read from and written to the journal. An answer
+    is acted on only when its link in the run's hash chain holds: one edited in the database is
+    ignored, with a warning (``warn``), and the call goes on waiting."""
 
-    def __init__(self, store: Any, run_id: str):
+    def __init__(self, store: Any, run_id: str, warn: Callable[[str], None] | None = None):
         self.store = store
         self.run_id = run_id
+        self.warn = warn or (lambda _text: None)
 
     def decide(self, item_key: str | None, call_key: str, args: Any, args_sha256: str,
                redactor: Any = None) -> tuple[str, Any, str | None]:
@@ -30,6 +33,8 @@ class Approvals:
         by = row.get("approver") or "unknown"
         if state == "pending":
             return "wait", None, None
+        if state in ("approved", "rejected") and not self._holds(row, item_key, call_key, args_sha256):
+            return "wait", None, None
         if state == "rejected":
             return "reject", row["message"] or "rejected by a person", by
         if state == "approved":
@@ -43,6 +48,24 @@ class Approvals:
                 return "run", approved if row["args"] is None else kept_values(approved, args), by
         self.store.reopen_approval(self.run_id, item_key, call_key, args_sha256)
         return "wait", None, None
+
+    def _holds(self, row: dict, item_key: str | None, call_key: str, args_sha256: str) -> bool:
+        """Whether the answer in ``row`` may be acted on: its link in the chain holds. A request
+        journaled before requests were links is asked again; one that does not match its link is
+        left as it is, as evidence, and the call waits."""
+        check = getattr(self.store, "link_holds", None)  # a store of an App's own may keep no chain
+        if check is None or check(self.run_id, "approval", row.get("n")):
+            return True
+        where = f"call '{call_key}'" + (f" (lane '{item_key}')" if item_key else "")
+        if row.get("n") is None:
+            self.store.reopen_approval(self.run_id, item_key, call_key, args_sha256)
+            self.warn(f"the answer to {where} of run {self.run_id} was journaled before answers were links of the"
+                      " run's hash chain: it is asked again")
+        else:
+            self.warn(f"the answer to {where} of run {self.run_id} does not match its link in the run's hash chain"
+                      f" (it was changed in the database): ignored, the call waits; see 'toolloop runs verify"
+                      f" {self.run_id}'")
+        return False
 
     def record(self, item_key: str | None, call_key: str, args_sha256: str, verdict: str, value: Any,
                by: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..chain import refuse_unless_it_holds
 from ..plan.admit import AdmittedPlan
 from ..store import Store
 from .recording import Recording
@@ -29,6 +30,7 @@ def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bo
 
     if run["mode"] != "routed":
         raise UsageError(f"run {run['run_id']} is a {run['mode']} run; replay re-runs routed runs")
+    refuse_unless_it_holds(store, run, "replayed")
     plan = admit_journaled(run, store=store)
     receipts = store.receipts_of(run["run_id"])
     recording = Recording(answers=store.model_answers_of(run["run_id"]), receipts={r["seq"]: r for r in receipts},

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .._canonical import sha256_of
+from ..chain import refuse_unless_it_holds
 from ..contract.registry import load_registry
 from ..errors import ConfigError, RunError, UsageError
 from ..lineage import top_run_of
@@ -291,9 +292,10 @@ def prepare_resume(
 ) -> tuple[AdmittedPlan, dict]:
     """The plan to run again and what is already settled (for ``execute_plan(resume=...)``).
 
-    Raises ConfigError (exit 3) when the registry's contract or a rebuilt argument differs from
-    the journal; nothing is written.
+    Raises ConfigError (exit 3) when the run's hash chain does not hold, or the registry's
+    contract or a rebuilt argument differs from the journal; nothing is written.
     """
+    refuse_unless_it_holds(store, run, "resumed")
     if run["mode"] == "routed":
         return _prepare_routed(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
                                owner=owner, accept_contract_change=accept_contract_change)

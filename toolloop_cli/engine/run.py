@@ -16,6 +16,7 @@ import trio
 
 from ..plan.admit import AdmittedPlan
 from ..store import lease_token
+from .controls import control_holds
 from .lanes import run_lanes
 from .session import Emit, RunnerEnd, RunOptions, RunResult, RunSession, new_run_id
 from .spool import lane_rows
@@ -108,6 +109,8 @@ async def _watch_for_abort(session: RunSession) -> None:
             seen = n + 1
             if consumed is not None:
                 continue  # an earlier session of the run stopped for it; resume goes on
+            if not control_holds(session.store, session.run_id, n, kind, session.options.on_warning):
+                continue
             session.store.consume_control(session.run_id, n, 0)
             if kind == "abort":
                 why = f"aborted by an operator{': ' + message if message else ''}"

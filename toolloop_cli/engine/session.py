@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Protocol
 import trio
 
 from ..contract.compiled import Contract
-from ..errors import RunError
+from ..errors import RunError, StateError
 from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter
 from .context import DEFAULT_OUTPUT_CAP, RunContext, RunServices
@@ -201,7 +201,7 @@ class RunSession:
         if options.approve == "ask":
             from .approvals import Approvals
 
-            services.approvals = Approvals(store, run_id)
+            services.approvals = Approvals(store, run_id, warn=options.on_warning)
             services.ask = options.ask
         services.before_start = self._before_start
         self.state = RunState(total=total_calls, halt=options.halt)
@@ -337,11 +337,11 @@ class RunSession:
         """Run the event loop, then close the journal; returns whether the run was interrupted.
         A journal or output failure is recorded with the run and raised."""
         writer_error: BaseException | None = None
-        store_error: sqlite3.Error | None = None
+        store_error: sqlite3.Error | StateError | None = None
         try:
             try:
                 trio.run(main, clock=self.options.clock)
-            except* sqlite3.Error as group:  # a start marker or the cache could not be written
+            except* (sqlite3.Error, StateError) as group:  # the journal could not be written, or is damaged
                 store_error = _first(group)
         finally:
             interrupted = self.state.interrupted  # a signal after the last call does not change the outcome
@@ -349,7 +349,7 @@ class RunSession:
                 journal.close()
             except BaseException as exc:  # noqa: BLE001 - re-raised below once the run is recorded
                 writer_error = exc
-        if store_error is None and isinstance(writer_error, sqlite3.Error):
+        if store_error is None and isinstance(writer_error, (sqlite3.Error, StateError)):
             store_error, writer_error = writer_error, None
         unwritable = None
         if isinstance(writer_error, OSError) and not isinstance(writer_error, BrokenPipeError):
@@ -361,6 +361,8 @@ class RunSession:
                 self.store.finish_run(self.run_id, "interrupted", self.state.counts, owner=self.owner)
             except Exception:  # noqa: BLE001 - the first failure is the one to report
                 pass
+            if isinstance(store_error, StateError):
+                raise store_error
             if store_error is not None:
                 raise RunError(f"the state database could not be written ({store_error}); run {self.run_id} was"
                                " stopped, and every receipt printed is in the journal") from None

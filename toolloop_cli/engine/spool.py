@@ -13,6 +13,7 @@ from typing import Any, Iterator
 from .. import _json
 
 from .._canonical import sha256_of
+from .._statedb import Connection, parse_json, parse_object
 from ..contract.compiled import SubagentSpec
 from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from .redact import Redactor
@@ -175,7 +176,8 @@ class LaneSpool:
         self.flush()
         if self.first_lane is None:
             return
-        db = sqlite3.connect(self.store.path)  # a reader of its own: WAL lets it run beside the writer
+        # a reader of its own (WAL lets it run beside the writer), through the journal's read layer
+        db = Connection(sqlite3.connect(self.store.path), self.store.path)
         try:
             lo = self.first_lane
             last = self.first_lane + self.lanes - 1
@@ -186,12 +188,14 @@ class LaneSpool:
                         "SELECT lane, item_key, payload, payload_sha256 FROM lanes"
                         " WHERE run_id=? AND lane BETWEEN ? AND ? ORDER BY lane", (self.run_id, lo, hi)):
                     body = self._payloads.get(index) if withheld is not None else (
-                        None if payload is None else _json.loads(payload))
+                        None if payload is None
+                        else parse_object(payload, f"the payload of lane {index}", run_id=self.run_id))
                     lanes[index] = AdmittedLane(index, item_key, body, [])
                 for seq, lane, item_key, call_key, tool, args, sha in db.execute(
                         "SELECT seq, lane, item_key, call_key, tool, args, args_sha256 FROM calls"
                         " WHERE run_id=? AND lane BETWEEN ? AND ? ORDER BY seq", (self.run_id, lo, hi)):
-                    value = _json.loads(args) if args is not None else self._args.get(seq)
+                    value = (parse_json(args, f"the arguments of call seq {seq}", self.run_id) if args is not None
+                             else self._args.get(seq))
                     lanes[lane].calls.append(
                         AdmittedCall(seq, lane, item_key, call_key, subagent.tools[tool], value, sha))
                 for index in range(lo, hi + 1):

@@ -21,6 +21,7 @@ from ..router.supervisor import SupervisorState, check_rules
 from ..router.views import Malformed, Step, Trajectory, Usage
 from ..providers.base import CUT
 from .endings import quoted
+from .controls import control_holds
 from .model_calls import ProviderFailed
 
 if TYPE_CHECKING:
@@ -77,6 +78,8 @@ class Supervision:
             if consumed_at is None and not live:
                 break
             self.controls_seen = n + 1
+            if not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
+                continue
             if consumed_at is None:
                 store.consume_control(run_id, n, turn)
             if kind == "steer" and shown:
@@ -116,7 +119,7 @@ class Supervision:
         it = runner.state.iterations
         for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
             self.controls_seen = n + 1
-            if consumed_at is not None:
+            if consumed_at is not None or not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
                 continue
             store.consume_control(run_id, n, it)
             said = message or ("aborted by an operator" if kind == "abort" else "")

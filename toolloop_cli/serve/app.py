@@ -11,6 +11,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..errors import StateError
 from . import api, pages
 from .auth import Guard, Users
 from .journal import Journal
@@ -33,7 +34,7 @@ def build_app(journal: Journal, users: Users) -> Any:
         Mount("/static", app=StaticFiles(directory=str(pages.HERE / "static")), name="static"),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(Guard, users=users)],
-                    exception_handlers={404: _not_found, 405: _not_allowed})
+                    exception_handlers={404: _not_found, 405: _not_allowed, StateError: _damaged})
     app.state.journal = journal
     return _Bugs(app, journal.log)
 
@@ -68,6 +69,16 @@ async def _not_found(request: Request, _exc: Exception) -> Response:
                               " /api/approvals")
     return pages.render(request, "refused.html", status=404, code=404, why="There is no such page.", how="See the list of runs.",
                         title="Not found")
+
+
+async def _damaged(request: Request, exc: Exception) -> Response:
+    """A damaged state database: the message the command line gives, with a 500, for any read."""
+    request.app.state.journal.log(f"error: {exc}")
+    if request.url.path.startswith("/api/"):
+        return api.error(500, str(exc))
+    return pages.render(request, "refused.html", status=500, code=500, why=str(exc),
+                        how="Restore the state database from a copy, or serve another --state-dir.",
+                        title="Damaged state database")
 
 
 async def _not_allowed(request: Request, _exc: Exception) -> Response:

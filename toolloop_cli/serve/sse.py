@@ -9,6 +9,7 @@ from typing import AsyncIterator
 
 from .._canonical import sha256_of
 from .._json import dumps
+from ..errors import StateError
 from .journal import Journal, Refused
 
 #: how often the journal is looked at while a run goes on
@@ -59,7 +60,7 @@ async def follow(journal: Journal, run_id: str, first: tuple[int, list[dict], di
         version = now
         try:
             _run, records, summary, live = await anyio.to_thread.run_sync(journal.view, run_id)
-        except Refused:  # the run was pruned meanwhile
+        except (Refused, StateError):  # the run was pruned meanwhile, or the journal is damaged
             return
         for rec in records:
             key = _key(rec)
