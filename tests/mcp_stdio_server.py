@@ -10,7 +10,9 @@ Usage: python tests/mcp_stdio_server.py [--count FILE] [--noise] [--slow-start S
                      printing debug output where its messages go)
 --slow-start SECONDS sleeps before it reads its first message (a machine under load)
 
-Tools: ``env`` answers with the server's whole environment; ``echo`` answers with its ``text``.
+Tools: ``env`` answers with the server's whole environment (and each value's length, which
+survives redaction); ``echo`` answers with its ``text``; ``leak`` fails with an error that quotes
+the value of the variable its ``name`` names (a careless server).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ TOOLS = [
      "inputSchema": {"type": "object", "properties": {}}},
     {"name": "echo", "description": "Say the text back.",
      "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {"name": "leak", "description": "Fail, quoting a variable.",
+     "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
 ]
 
 
@@ -44,11 +48,14 @@ def answer(msg: dict) -> dict:
     if method == "tools/call":
         name, args = params.get("name"), params.get("arguments") or {}
         if name == "env":
-            value = {"env": dict(os.environ)}
+            value = {"env": dict(os.environ), "sizes": {k: len(v) for k, v in os.environ.items()}}
         elif name == "echo":
             if "--noise" in sys.argv:
                 print(f"debug: echo called with {args}", flush=True)
             value = {"text": args.get("text")}
+        elif name == "leak":
+            text = f"cannot go on with {args.get('name')}={os.environ.get(args.get('name', ''), '')}"
+            return {"isError": True, "content": [{"type": "text", "text": text}]}
         else:
             return {"isError": True, "content": [{"type": "text", "text": f"no tool {name}"}]}
         return {"structuredContent": value, "content": [{"type": "text", "text": json.dumps(value)}]}
