@@ -413,22 +413,26 @@ def test_a_cluster_that_cannot_be_reached_is_an_error_and_journals_nothing(tmp_p
 
 class Silent:
     """A listener that accepts connections and never says a word (not Ray, or a Ray that hangs),
-    on ``host``; ``accepted`` is set once ``count`` connections came in."""
+    on one port of each of ``hosts``; ``accepted`` is set once ``count`` connections came in."""
 
-    def __init__(self, host: str, count: int = 1):
-        self.sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self.sock.bind((host, 0))
-        self.sock.listen(64)
-        self.port = self.sock.getsockname()[1]
+    def __init__(self, *hosts: str, count: int = 1):
+        self.socks: list[socket.socket] = []
+        self.port = 0
+        for host in dict.fromkeys(hosts):
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            sock.bind((host, self.port))
+            sock.listen(64)
+            self.port = sock.getsockname()[1]
+            self.socks.append(sock)
+            threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
         self.count = count
         self.conns: list[socket.socket] = []
         self.accepted = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
 
-    def _accept(self) -> None:
+    def _accept(self, sock: socket.socket) -> None:
         while True:
             try:
-                conn, _ = self.sock.accept()
+                conn, _ = sock.accept()
             except OSError:
                 return
             self.conns.append(conn)
@@ -436,17 +440,16 @@ class Silent:
                 self.accepted.set()
 
     def close(self) -> None:
-        for conn in self.conns:
+        for conn in self.conns + self.socks:
             conn.close()
-        self.sock.close()
 
 
 def dialled_host() -> str:
     """The host Ray dials for 127.0.0.1 on this machine (its own address; loopback on a machine
     that has no other)."""
-    from toolloop_cli.engine.executors.ray import _dialled
+    import ray.util
 
-    return _dialled("127.0.0.1:1").rpartition(":")[0].strip("[]")
+    return ray.util.get_node_ip_address()
 
 
 def test_a_cluster_that_listens_on_loopback_only_is_a_clear_error_not_a_hang(tmp_path, cli):
@@ -470,7 +473,7 @@ def test_a_cluster_that_listens_on_loopback_only_is_a_clear_error_not_a_hang(tmp
 
 
 def test_joining_a_listener_that_never_speaks_ray_ends_at_the_connect_deadline(tmp_path, cli):
-    silent = Silent(dialled_host())
+    silent = Silent("127.0.0.1", dialled_host())  # whichever of the two Ray dials, it hangs there
     try:
         proc = cli("run", str(ROOT / "plans" / "parallel.yml"), "--executor", "ray", "--ray-address",
                    f"127.0.0.1:{silent.port}", "--format", "jsonl", env={"TOOLLOOP_RAY_CONNECT_TIMEOUT_S": "2"})
@@ -499,8 +502,10 @@ def test_a_signal_while_joining_a_cluster_ends_with_130_and_the_journal_intact(t
     run_id = jsonl(first.stdout)[-1]["run_id"]
     before = cli("runs", "show", run_id, "--format", "jsonl").stdout
     assert jsonl(before), first.stderr.decode()
-    silent = Silent(dialled_host(), count=2)  # toolloop's check, then Ray itself
-    env = {**os.environ, "NO_COLOR": "1", "TOOLLOOP_RAY_CONNECT_TIMEOUT_S": "600"}
+    silent = Silent("127.0.0.1", dialled_host(), count=2)  # toolloop's check, then Ray itself
+    # Ray's own waits made long, as on the cluster where the connect never came back
+    env = {**os.environ, "NO_COLOR": "1", "TOOLLOOP_RAY_CONNECT_TIMEOUT_S": "600",
+           "RAY_gcs_rpc_server_connect_timeout_s": "600", "RAY_gcs_server_request_timeout_seconds": "600"}
     proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "resume", run_id, "--retry-failed",
                              "--executor", "ray", "--ray-address", f"127.0.0.1:{silent.port}", "--format", "jsonl"],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
