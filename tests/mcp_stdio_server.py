@@ -12,7 +12,8 @@ Usage: python tests/mcp_stdio_server.py [--count FILE] [--noise] [--slow-start S
 
 Tools: ``env`` answers with the server's whole environment (and each value's length, which
 survives redaction); ``echo`` answers with its ``text``; ``leak`` fails with an error that quotes
-the value of the variable its ``name`` names (a careless server).
+the value of the variable its ``name`` names (a careless server); ``crash`` writes a line on
+standard error and exits at once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ TOOLS = [
      "inputSchema": {"type": "object", "properties": {}}},
     {"name": "echo", "description": "Say the text back.",
      "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {"name": "crash", "description": "Write a last word on standard error and exit.",
+     "inputSchema": {"type": "object", "properties": {}}},
     {"name": "leak", "description": "Fail, quoting a variable.",
      "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}},
 ]
@@ -53,6 +56,10 @@ def answer(msg: dict) -> dict:
             if "--noise" in sys.argv:
                 print(f"debug: echo called with {args}", flush=True)
             value = {"text": args.get("text")}
+        elif name == "crash":
+            sys.stderr.write("fatal: the disk is gone\n")
+            sys.stderr.flush()
+            os._exit(3)
         elif name == "leak":
             text = f"cannot go on with {args.get('name')}={os.environ.get(args.get('name', ''), '')}"
             return {"isError": True, "content": [{"type": "text", "text": text}]}

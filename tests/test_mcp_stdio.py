@@ -29,7 +29,7 @@ def registry(tmp_path: Path, *flags: str, mcp_extra: str = "", timeout: float = 
             runner_defaults: {{tool_timeout_s: {timeout}}}
             tools:
               srv:
-                mcp: {{command: {command}, allow: [env, echo, leak]{mcp_extra}}}
+                mcp: {{command: {command}, allow: [env, echo, leak, crash]{mcp_extra}}}
                 effect: read
                 redact: [/text]
     """)
@@ -216,3 +216,19 @@ def test_the_registry_schema_for_editors_knows_pass_env():
     schema = json.loads((ROOT / "docs" / "schemas" / "registry.schema.json").read_text())
     mcp = schema["$defs"]["McpDecl"]["properties"]
     assert mcp["pass_env"]["type"] == "array" and mcp["pass_env"]["items"]["type"] == "string"
+
+
+def test_a_server_that_dies_is_said_with_its_last_words_and_its_standard_error_is_not_toolloops(cli, tmp_path):
+    registry(tmp_path)
+    lanes = [{"item_key": "a", "calls": [{"tool": "srv.crash", "args": {}}]},
+             {"item_key": "b", "calls": [{"tool": "srv.echo", "args": {"text": "x"}}]}]
+    p = write(tmp_path / "par.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "w",
+                                                "mode": "parallel", "max_concurrency": 1, "lanes": lanes}))
+    ran = cli("run", str(p), "--format", "jsonl")
+    assert ran.returncode == 1, ran.stderr.decode()
+    crashed, after = jsonl(ran.stdout)[:2]
+    for receipt in (crashed, after):
+        assert receipt["status"] == "error"
+        assert receipt["error"]["message"].endswith("stopped during the run; the last line it wrote on standard"
+                                                    " error: fatal: the disk is gone"), receipt["error"]
+    assert only_toolloop_lines(ran.stderr) == []

@@ -96,6 +96,8 @@ class _Job:
                 return
             self.future.set_exception(ServerError("cancelled"))  # by the side that waited
         except Exception as exc:  # noqa: BLE001 - handed to whoever waits
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # the SDK's task groups wrap what went wrong
             self.future.set_exception(exc)
         finally:
             if not self.future.done():  # the host itself went down
@@ -301,15 +303,25 @@ class Server:
             text = error_text(first)
         last = [ln.strip() for ln in self.tail.splitlines() if ln.strip()]
         if last and self.decl.url is None:
-            text += f"; its last words on standard error: {excerpt(last[-1], 200)}"
+            text += f"; the last line it wrote on standard error: {excerpt(last[-1], 200)}"
         return _scrub(text, self.decl)
+
+    async def _gone(self) -> bool:
+        """Whether a stdio server's process has ended (its standard error closed), after a request
+        to it failed; from then on it is not alive."""
+        if self.decl.url is None:
+            with trio.move_on_after(0.5):
+                await self._stderr_read.wait()
+            if self._stderr_read.is_set():
+                self.ended = True
+        return self.ended
 
     def stopped(self) -> str:
         """Why a call to a server that went away failed."""
         last = [ln.strip() for ln in self.tail.splitlines() if ln.strip()]
         text = f"MCP server {quoted(self.name)} stopped during the run"
         if last:
-            text += f"; its last words on standard error: {excerpt(last[-1], 200)}"
+            text += f"; the last line it wrote on standard error: {excerpt(last[-1], 200)}"
         return _scrub(text, self.decl)
 
 
@@ -365,6 +377,11 @@ async def _expire(server: Server, ticket: int) -> None:
 
 
 # ------------------------------------------------------------------------------ the interface
+
+
+async def gone(server: Server) -> bool:
+    """Whether ``server`` went away (asked after a request to it failed)."""
+    return await _awaited(server._gone)
 
 
 def take(key: tuple) -> Server | None:

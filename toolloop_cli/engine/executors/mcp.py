@@ -52,10 +52,12 @@ class McpSessions:
         """The tool's result: its structured content when the server gives one, else its
         content items as JSON. Raises McpError for a result flagged ``isError``."""
         hidden = secrets([tool.mcp])
+        if not server.alive:
+            raise McpError(server.stopped())
         try:
             result = await mcp_servers.call(server, tool.ref, args, tool.timeout_s, _meta())
         except Exception as exc:
-            if not server.alive:
+            if not server.alive or await mcp_servers.gone(server):
                 raise McpError(server.stopped()) from None
             if server.http_status is not None:
                 raise McpError(server.why(exc, "answer")) from None

@@ -20,6 +20,11 @@ pickled by value, so the workers need Ray and the App's own dependencies, not to
 
 One thread per call in flight waits on Ray's blocking iterator; there are never more of them than
 calls in flight, which the lanes bound (``max_concurrency``).
+
+Joining a cluster is bounded (``TOOLLOOP_RAY_CONNECT_TIMEOUT_S``, 30 s by default) and never deaf
+to signals: ``ray.init`` runs in a thread of its own (``_Owner``) while the caller waits where
+Ctrl-C and SIGTERM arrive. Before it, the address Ray will dial (Ray replaces a loopback host with
+this machine's own address) is checked, so a cluster that is not there is a quick, clear error.
 """
 
 from __future__ import annotations
