@@ -232,3 +232,10 @@ def test_a_server_that_dies_is_said_with_its_last_words_and_its_standard_error_i
         assert receipt["error"]["message"].endswith("stopped during the run; the last line it wrote on standard"
                                                     " error: fatal: the disk is gone"), receipt["error"]
     assert only_toolloop_lines(ran.stderr) == []
+
+
+def test_a_short_handed_through_value_is_hidden_only_where_it_stands_as_a_whole_token():
+    from toolloop_cli.contract.mcp import hide
+
+    assert hide("mode=on, one, long-canary-value and on", ["on", "long-canary-value"]) == \
+        "mode=[REDACTED], one, [REDACTED] and [REDACTED]"

@@ -135,10 +135,32 @@ def check_declaration(tid: str, m: Any, where: tuple, col: Collector) -> None:
         seen.add(name)
 
 
-def scrub_text(text: str, decls: Iterable[Any]) -> str:
-    for value in sorted(secrets(decls), key=len, reverse=True):
-        text = text.replace(value, "[REDACTED]")
+def hide(text: str, values: Iterable[str]) -> str:
+    """``text`` with each secret value replaced by ``[REDACTED]``: wherever it occurs when it has 4
+    characters or more, else only where it stands as a whole token (a short value never turns every
+    matching letter into a marker)."""
+    for value in sorted({v for v in values if v}, key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "[REDACTED]")
+        elif value in text:
+            text = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", "[REDACTED]", text)
     return text
+
+
+def hide_deep(value: Any, values: list[str]) -> Any:
+    """``value`` with ``hide`` applied to every string in it, keys included."""
+    if isinstance(value, str):
+        return hide(value, values)
+    if isinstance(value, dict):
+        return {hide_deep(k, values): hide_deep(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [hide_deep(v, values) for v in value]
+    return value
+
+
+def scrub_text(text: str, decls: Iterable[Any]) -> str:
+    """``text`` with the values these servers get from toolloop's environment hidden."""
+    return hide(text, secrets(decls))
 
 
 def schema_hash(offered: Any) -> str:
@@ -258,20 +280,10 @@ def _listed(decl: Any) -> dict[str, Any]:
     hidden = secrets([decl])
     if not hidden:
         return offered
-    return {name: tool.model_copy(update={"description": scrub_text(tool.description or "", [decl]),
-                                          "input_schema": _scrub_deep(tool.input_schema, [decl]),
-                                          "output_schema": _scrub_deep(getattr(tool, "output_schema", None), [decl])})
+    return {name: tool.model_copy(update={"description": hide(tool.description or "", hidden),
+                                          "input_schema": hide_deep(tool.input_schema, hidden),
+                                          "output_schema": hide_deep(getattr(tool, "output_schema", None), hidden)})
             for name, tool in offered.items()}
-
-
-def _scrub_deep(value: Any, decls: list[Any]) -> Any:
-    if isinstance(value, str):
-        return scrub_text(value, decls)
-    if isinstance(value, dict):
-        return {_scrub_deep(k, decls): _scrub_deep(v, decls) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_scrub_deep(v, decls) for v in value]
-    return value
 
 
 def _with_server_schemas(t: ToolSpec, offered: Any) -> tuple[ToolSpec | None, list[Problem]]:

@@ -32,7 +32,7 @@ from typing import Any, AsyncIterator, Callable
 import trio
 
 from .._text import error_text, excerpt, quoted
-from .mcp import McpConfigError, headers, secrets, server_key, server_name, server_params
+from .mcp import McpConfigError, headers, hide, secrets, server_key, server_name, server_params
 
 #: seconds a server has to start (and answer ``initialize``), and then to answer ``tools/list``
 START_TIMEOUT_S = 60.0
@@ -53,9 +53,7 @@ def _debug() -> bool:
 
 
 def _scrub(text: str, decl: Any) -> str:
-    for value in sorted(secrets([decl]), key=len, reverse=True):
-        text = text.replace(value, "[REDACTED]")
-    return text
+    return hide(text, secrets([decl]))
 
 
 class _SdkLog(logging.Handler):
@@ -198,7 +196,7 @@ class Server:
         self.name = server_name(decl)
         self.session: Any = None
         self.tools: dict[str, Any] | None = None  # tools/list, read once
-        self.http_status: tuple[int, str] | None = None  # the last HTTP error the server answered
+        self.http_status: tuple[int, str] | None = None  # the server's last 401 or 403
         self.tail = ""  # the last of what a stdio server wrote on its standard error
         self.ended = False
         self._closing: Any = None
@@ -238,7 +236,8 @@ class Server:
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             async def note(response: Any) -> None:
-                if response.status_code >= 400:
+                # the SDK says "Server returned an error response" for a refusal: keep what it was
+                if response.status_code in (401, 403):
                     self.http_status = (response.status_code, response.reason_phrase or "")
 
             client = create_mcp_http_client(headers=headers(decl))

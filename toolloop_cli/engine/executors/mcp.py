@@ -17,7 +17,7 @@ import trio
 from ...contract import mcp_servers
 from ...contract.compiled import ToolSpec
 from ..._text import quoted
-from ...contract.mcp import secrets, server_key, server_name
+from ...contract.mcp import hide, hide_deep, secrets, server_key, server_name
 from ...contract.mcp_servers import Server, ServerError
 
 
@@ -62,15 +62,15 @@ class McpSessions:
             if server.http_status is not None:
                 raise McpError(server.why(exc, "answer")) from None
             if hidden and any(h in str(exc) for h in hidden):  # never let a secret through
-                raise McpError(_hide(f"{type(exc).__name__}: {exc}", hidden)) from None
+                raise McpError(hide(f"{type(exc).__name__}: {exc}", hidden)) from None
             raise
         if result.is_error:
             text = " ".join(getattr(c, "text", "") for c in result.content).strip()
-            raise McpError(_hide(text, hidden) or f"MCP tool '{tool.ref}' reported an error")
+            raise McpError(hide(text, hidden) or f"MCP tool '{tool.ref}' reported an error")
         structured = getattr(result, "structured_content", None)
         if structured is None:
             structured = {"content": [c.model_dump(mode="json", exclude_none=True) for c in result.content]}
-        return _hide_deep(structured, hidden) if hidden else structured
+        return hide_deep(structured, hidden) if hidden else structured
 
     async def aclose(self) -> None:
         servers, self._servers = list(self._servers.values()), {}
@@ -78,22 +78,6 @@ class McpSessions:
             async with trio.open_nursery() as nursery:
                 for server in servers:
                     nursery.start_soon(mcp_servers.close, server)
-
-
-def _hide(text: str, hidden: list[str]) -> str:
-    for value in sorted(hidden, key=len, reverse=True):
-        text = text.replace(value, "[REDACTED]")
-    return text
-
-
-def _hide_deep(value: Any, hidden: list[str]) -> Any:
-    if isinstance(value, str):
-        return _hide(value, hidden)
-    if isinstance(value, dict):
-        return {_hide(k, hidden) if isinstance(k, str) else k: _hide_deep(v, hidden) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_hide_deep(v, hidden) for v in value]
-    return value
 
 
 @asynccontextmanager
