@@ -2,8 +2,10 @@
 
 Admission lists a server's tools before the run's event loop exists, and an MCP session cannot
 move from one event loop to another; so every session lives on an event loop of its own, in a
-daemon thread (the host), and both sides reach it from there: admission waits on it blocking, a
-run awaits it from its own loop (cancelling the request there when the call is cancelled). The
+daemon thread (the host), and both sides reach it there: admission waits on it blocking, a run
+awaits its requests from its own loop (``on_host``, cancelled there when the call is cancelled).
+This module starts, lists and stops servers; calling their tools is the engine's
+(``engine/executors/mcp.py``). The
 server admission started is parked for the run that follows, which takes it (``take``): a run
 starts each server once. A parked server nobody takes is stopped after ``PARK_S`` seconds, or when
 the process ends.
@@ -361,10 +363,6 @@ async def _close(server: Server) -> None:
             await server._ended.wait()
 
 
-async def _call(server: Server, name: str, args: dict, timeout_s: float | None, meta: Any) -> Any:
-    return await server.session.call_tool(name, args, read_timeout_seconds=timeout_s, meta=meta)
-
-
 async def _expire(server: Server, ticket: int) -> None:
     await trio.sleep(PARK_S)
     with _LOCK:
@@ -424,9 +422,10 @@ async def start(decl: Any) -> Server:
     return take(server_key(decl)) or await _awaited(_start, decl)
 
 
-async def call(server: Server, name: str, args: dict, timeout_s: float | None, meta: Any) -> Any:
-    """``tools/call`` on the server; cancelling this cancels the request."""
-    return await _awaited(_call, server, name, args, timeout_s, meta)
+async def on_host(afn: Callable, *args: Any) -> Any:
+    """``afn(*args)`` run where the sessions live (a request on a server's session), awaited from
+    the caller's trio loop; cancelling this cancels it there."""
+    return await _awaited(afn, *args)
 
 
 async def close(server: Server) -> None:

@@ -55,7 +55,7 @@ class McpSessions:
         if not server.alive:
             raise McpError(server.stopped())
         try:
-            result = await mcp_servers.call(server, tool.ref, args, tool.timeout_s, _meta())
+            result = await mcp_servers.on_host(_call_tool, server, tool.ref, args, tool.timeout_s, _meta())
         except Exception as exc:
             if not server.alive or await mcp_servers.gone(server):
                 raise McpError(server.stopped()) from None
@@ -90,6 +90,11 @@ async def open_mcp_sessions(decls: list[Any] | None = None) -> AsyncIterator[Mcp
         yield sessions
     finally:
         await sessions.aclose()
+
+
+async def _call_tool(server: Server, name: str, args: dict, timeout_s: float | None, meta: Any) -> Any:
+    """``tools/call`` on the server's session (on the MCP host loop)."""
+    return await server.session.call_tool(name, args, read_timeout_seconds=timeout_s, meta=meta)
 
 
 def _meta() -> Any:
