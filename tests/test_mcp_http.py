@@ -104,6 +104,10 @@ def test_without_the_header_the_server_refuses_and_admission_says_so(cli, tmp_pa
     wrong = cli("run", str(p), "--format", "jsonl", env={"TICKETS_TOKEN": "not-the-token"})
     assert wrong.returncode == 3 and b"TL313" in wrong.stderr and b"could not be reached" in wrong.stderr
     assert b"not-the-token" not in wrong.stderr and b"Traceback" not in wrong.stderr
+    port = server.url.split(":")[2].split("/")[0]
+    # a wrong token is said as what it is: the server's 401, where, and which variable to check
+    assert f"http://127.0.0.1:{port} answered HTTP 401 Unauthorized: check the value of TICKETS_TOKEN".encode() \
+        in wrong.stderr
 
 
 def test_annotations_give_the_effect_only_from_a_trusted_server(cli, tmp_path, server):
@@ -157,6 +161,21 @@ def test_a_tool_timeout_bounds_each_request(cli, tmp_path, server):
     first, second = jsonl(ran.stdout)[:2]
     assert first["status"] == "timeout" and first["duration_ms"] < 20_000
     assert second["status"] == "skipped"
+
+
+def test_answers_that_outlive_their_timeout_leave_standard_error_to_toolloop(cli, tmp_path, server):
+    """The SDK logged a traceback when an answer came back after its request had timed out:
+    standard error carries toolloop's lines only."""
+    registry(tmp_path, server.url, timeout=1, trusted=True)
+    lanes = [{"item_key": "late", "calls": [{"tool": "tickets.slow", "args": {"seconds": 1.5}}]},
+             {"item_key": "busy", "calls": [{"tool": "tickets.slow", "args": {"seconds": 0.6}} for _ in range(5)]}]
+    p = write(tmp_path / "par.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "w",
+                                                "mode": "parallel", "max_concurrency": 2, "lanes": lanes}))
+    ran = cli("run", str(p), "--format", "jsonl", env=env())
+    assert [ln for ln in ran.stderr.decode().splitlines() if not ln.startswith("toolloop: ")] == []
+    assert ran.returncode == 1
+    statuses = [r["status"] for r in jsonl(ran.stdout)[:-1]]
+    assert statuses == ["timeout"] + ["ok"] * 5
 
 
 def test_lock_records_schema_hashes_and_a_changed_server_is_refused(cli, tmp_path, server):

@@ -400,9 +400,128 @@ def test_a_cluster_that_cannot_be_reached_is_an_error_and_journals_nothing(tmp_p
         port = s.getsockname()[1]
     proc = cli("run", str(ROOT / "plans" / "parallel.yml"), "--executor", "ray", "--ray-address",
                f"127.0.0.1:{port}", "--format", "jsonl")
-    assert proc.returncode == 1 and proc.stdout == b""
+    assert proc.returncode == 2 and proc.stdout == b""
     assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in proc.stderr.decode()
     assert "Traceback" not in proc.stderr.decode()
     assert jsonl(cli("runs", "list", "--format", "jsonl").stdout) == []
     client = cli("run", str(ROOT / "plans" / "parallel.yml"), "--executor", "ray", "--ray-address", "ray://h:10001")
     assert client.returncode == 2 and "Ray Client addresses (ray://) are not supported" in client.stderr.decode()
+
+
+# --- joining a cluster: bounded, and signals always work -------------------------------------
+
+
+class Silent:
+    """A listener that accepts connections and never says a word (not Ray, or a Ray that hangs),
+    on one port of each of ``hosts``; ``accepted`` is set once ``count`` connections came in."""
+
+    def __init__(self, *hosts: str, count: int = 1):
+        self.socks: list[socket.socket] = []
+        self.port = 0
+        for host in dict.fromkeys(hosts):
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            sock.bind((host, self.port))
+            sock.listen(64)
+            self.port = sock.getsockname()[1]
+            self.socks.append(sock)
+            threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+        self.count = count
+        self.conns: list[socket.socket] = []
+        self.accepted = threading.Event()
+
+    def _accept(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            self.conns.append(conn)
+            if len(self.conns) >= self.count:
+                self.accepted.set()
+
+    def close(self) -> None:
+        for conn in self.conns + self.socks:
+            conn.close()
+
+
+def dialled_host() -> str:
+    """The host Ray dials for 127.0.0.1 on this machine (its own address; loopback on a machine
+    that has no other)."""
+    import ray.util
+
+    return ray.util.get_node_ip_address()
+
+
+def test_a_cluster_that_listens_on_loopback_only_is_a_clear_error_not_a_hang(tmp_path, cli):
+    """Ray dials this machine's own address for 127.0.0.1: a check that reached loopback passed,
+    then Ray retried for ever. The address Ray dials is the one checked, and the error says so."""
+    silent = Silent("127.0.0.1")
+    try:
+        proc = cli("run", str(ROOT / "plans" / "parallel.yml"), "--executor", "ray", "--ray-address",
+                   f"127.0.0.1:{silent.port}", "--format", "jsonl", env={"TOOLLOOP_RAY_CONNECT_TIMEOUT_S": "3"})
+    finally:
+        silent.close()
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b"", err
+    assert err.startswith(f"toolloop: error: cannot reach the Ray cluster at 127.0.0.1:{silent.port}"), err
+    if dialled_host() != "127.0.0.1":
+        assert f"Ray dials {dialled_host()}:{silent.port}" in err and "--node-ip-address" in err
+    else:  # loopback is what Ray dials here: the listener answers, and the deadline ends the wait
+        assert "no answer from Ray within 3s" in err
+    assert "Traceback" not in err
+    assert jsonl(cli("runs", "list", "--format", "jsonl").stdout) == []
+
+
+def test_joining_a_listener_that_never_speaks_ray_ends_at_the_connect_deadline(tmp_path, cli):
+    silent = Silent("127.0.0.1", dialled_host())  # whichever of the two Ray dials, it hangs there
+    try:
+        proc = cli("run", str(ROOT / "plans" / "parallel.yml"), "--executor", "ray", "--ray-address",
+                   f"127.0.0.1:{silent.port}", "--format", "jsonl", env={"TOOLLOOP_RAY_CONNECT_TIMEOUT_S": "2"})
+    finally:
+        silent.close()
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and proc.stdout == b"", err
+    assert f"cannot reach the Ray cluster at 127.0.0.1:{silent.port}" in err
+    assert "no answer from Ray within 2s" in err and "TOOLLOOP_RAY_CONNECT_TIMEOUT_S" in err
+    assert "Traceback" not in err
+    assert jsonl(cli("runs", "list", "--format", "jsonl").stdout) == []
+    bad = cli("run", str(ROOT / "plans" / "parallel.yml"), "--executor", "ray", "--ray-address",
+              f"127.0.0.1:{silent.port}", env={"TOOLLOOP_RAY_CONNECT_TIMEOUT_S": "soon"})
+    assert bad.returncode == 2 and "TOOLLOOP_RAY_CONNECT_TIMEOUT_S=soon is not a number of seconds" in bad.stderr.decode()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_joining_a_cluster_ends_with_130_and_the_journal_intact(tmp_path, cli, sig):
+    """Ray's connect blocks in native code: Ctrl-C and SIGTERM were never seen, and only SIGKILL
+    ended toolloop. A resume of a journaled run, interrupted while it joins, leaves it as it was."""
+    plan = write(tmp_path / "plan.yml", json.dumps({
+        "version": 1, "registry": str(ROOT / "registries" / "demo.yml"), "subagent": "worker-a",
+        "mode": "sequential", "calls": [{"tool": "transform", "args": {"text": "a"}},
+                                        {"tool": "fail", "args": {"reason": "once"}}]}))
+    first = cli("run", str(plan), "--format", "jsonl")
+    run_id = jsonl(first.stdout)[-1]["run_id"]
+    before = cli("runs", "show", run_id, "--format", "jsonl").stdout
+    assert jsonl(before), first.stderr.decode()
+    silent = Silent("127.0.0.1", dialled_host(), count=2)  # toolloop's check, then Ray itself
+    # Ray's own waits made long, as on the cluster where the connect never came back
+    env = {**os.environ, "NO_COLOR": "1", "TOOLLOOP_RAY_CONNECT_TIMEOUT_S": "600",
+           "RAY_gcs_rpc_server_connect_timeout_s": "600", "RAY_gcs_server_request_timeout_seconds": "600"}
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "resume", run_id, "--retry-failed",
+                             "--executor", "ray", "--ray-address", f"127.0.0.1:{silent.port}", "--format", "jsonl"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert silent.accepted.wait(180), "toolloop never tried to join the cluster"
+        proc.send_signal(sig)
+        try:
+            out, err = proc.communicate(timeout=120)  # Ray's own wait, made long above, is 600 s
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"{sig.name} did not end toolloop: {proc.communicate()[1].decode()[-2000:]}")
+    finally:
+        proc.kill()
+        silent.close()
+    assert proc.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode() and "interrupted" in err.decode(), err.decode()
+    assert jsonl(cli("runs", "show", run_id, "--format", "jsonl").stdout) == jsonl(before)
+    verify = cli("runs", "verify", run_id)
+    assert verify.returncode == 0, verify.stderr.decode()

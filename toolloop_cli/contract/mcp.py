@@ -2,33 +2,37 @@
 
 A server is reached over stdio (``command``) or Streamable HTTP (``url``, with headers whose
 values come from the environment variables ``headers_env`` names; those values are secrets, hidden
-in every message). A tool's description and schemas come from the server's ``tools/list`` unless
-the registry pins them; with ``trusted: true`` its annotations give the tool's default ``effect``
-and ``idempotent`` too. Admission lists each server that a subagent's MCP tools need, fills in the
-tool specs (validators compiled like any other) and, when a ``toolloop.lock`` beside the registry
-holds the schema hashes of MCP tools, refuses a server whose tools' schemas changed (TL372). The
-run then keeps one session per server (``engine/executors/mcp.py``).
+in every message). A stdio server is a third party's program: its environment is the MCP SDK's safe
+default (``HOME``, ``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``), the registry's ``env``
+and the variables ``pass_env`` names, whose values are secrets too; nothing else of toolloop's
+environment reaches it. A tool's description and schemas come from the server's ``tools/list``
+unless the registry pins them; with ``trusted: true`` its annotations give the tool's default
+``effect`` and ``idempotent`` too. Admission lists each server that a subagent's MCP tools need,
+fills in the tool specs (validators compiled like any other) and, when a ``toolloop.lock`` beside
+the registry holds the schema hashes of MCP tools, refuses a server whose tools' schemas changed
+(TL372). The server admission started is kept for the run that follows (``mcp_servers.py``), so a
+run starts each server once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .._canonical import sha256_of
 from .._secrets import Scrubber, credential_parts
-from .._text import error_text, listing, quoted
+from .._text import listing, quoted
 from .compiled import SubagentSpec, ToolSpec
-from .problems import Problem
+from .problems import Collector, Problem
 from .schemas import check_refs, compile_validator, meta_errors
 
 INSTALL_LINE = "pip install 'toolloop-cli[mcp]'"
 LOCK_NAME = "toolloop.lock"
-#: seconds a server has to answer ``tools/list`` at admission when its tools set no timeout
-LIST_TIMEOUT_S = 30.0
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class McpConfigError(Exception):
@@ -48,7 +52,7 @@ def server_key(decl: Any) -> tuple:
     """One server per distinct command line and environment, or address and headers."""
     if decl.url is not None:
         return ("url", decl.url, tuple(sorted(decl.headers_env.items())))
-    return (tuple(decl.command), tuple(sorted(decl.env.items())))
+    return (tuple(decl.command), tuple(sorted(decl.env.items())), tuple(decl.pass_env))
 
 
 def server_name(decl: Any) -> str:
@@ -58,12 +62,19 @@ def server_name(decl: Any) -> str:
     return " ".join(decl.command)
 
 
+def server_env(decl: Any, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a stdio server gets on top of the SDK's safe default environment: the registry's
+    ``env`` and the ``pass_env`` variables that are set here (an unset one is not passed)."""
+    environ = os.environ if environ is None else environ
+    env = dict(decl.env)
+    env.update({name: environ[name] for name in decl.pass_env if name in environ})
+    return env
+
+
 def server_params(decl: Any) -> Any:
     from mcp import StdioServerParameters
 
-    env = dict(os.environ)
-    env.update(decl.env)
-    return StdioServerParameters(command=decl.command[0], args=list(decl.command[1:]), env=env)
+    return StdioServerParameters(command=decl.command[0], args=list(decl.command[1:]), env=server_env(decl))
 
 
 def headers(decl: Any, environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -80,40 +91,66 @@ def headers(decl: Any, environ: Mapping[str, str] | None = None) -> dict[str, st
 
 
 def secrets(decls: Iterable[Any], environ: Mapping[str, str] | None = None) -> list[str]:
-    """The header values of these servers, and the credential of each (``TOKEN`` of ``Bearer
-    TOKEN``, which a server may quote alone): hidden wherever they would be written."""
+    """The values these servers get from toolloop's environment (HTTP headers, ``pass_env``
+    variables), hidden wherever they would be written; for a credential such as ``Bearer TOKEN``
+    the token alone too, which a careless server may quote."""
     environ = os.environ if environ is None else environ
-    return [part for d in decls if d is not None and d.url is not None
-            for var in d.headers_env.values() if environ.get(var) for part in credential_parts(environ[var])]
+    names = [var for d in decls if d is not None
+             for var in (d.headers_env.values() if d.url is not None else d.pass_env)]
+    return [part for var in names if environ.get(var) for part in credential_parts(environ[var])]
+
+
+def check_declaration(tid: str, m: Any, where: tuple, col: Collector) -> None:
+    """TL317: an ``mcp`` block that is neither a stdio server nor an HTTP one, keys that belong to
+    the other kind, and ``pass_env`` entries that are not variable names."""
+    if (m.command is None) == (m.url is None):
+        found = "both" if m.command is not None else "neither"
+        col.add("TL317", f"the mcp block of tool {quoted(tid)} needs exactly one of 'command' or 'url', found {found}",
+                where, "command: [...] starts a server over stdio; url: reaches one over Streamable HTTP",
+                at_key=True)
+    elif m.url is not None:
+        if not m.url.startswith(("http://", "https://")):
+            col.add("TL317", f"mcp.url of tool {quoted(tid)} must be an http:// or https:// address", where + ("url",),
+                    "e.g. url: http://127.0.0.1:8931/mcp")
+        for key in ("env", "pass_env"):
+            if getattr(m, key):
+                col.add("TL317", f"mcp.{key} of tool {quoted(tid)} applies to a server started with 'command', not to"
+                        " a url", where + (key,), "pass secrets to an HTTP server as headers: headers_env:"
+                        " {Header: ENV_VAR}", at_key=True)
+    elif m.headers_env:
+        col.add("TL317", f"mcp.headers_env of tool {quoted(tid)} applies to a server reached by 'url'",
+                where + ("headers_env",), "give a server started with 'command' its environment with env: and"
+                " pass_env:", at_key=True)
+    seen: set[str] = set()
+    for i, name in enumerate(m.pass_env):
+        if not _ENV_NAME.fullmatch(name):
+            col.add("TL317", f"mcp.pass_env of tool {quoted(tid)} names {quoted(name)}, which is not an environment"
+                    " variable's name", where + ("pass_env", i), "list names such as GITHUB_TOKEN (letters, digits"
+                    " and '_', not starting with a digit)")
+        elif name in m.env:
+            col.add("TL317", f"mcp.pass_env of tool {quoted(tid)} names {quoted(name)}, which mcp.env sets too",
+                    where + ("pass_env", i), "keep it in one of them: env for a literal value, pass_env to hand"
+                    " this process's value through")
+        elif name in seen:
+            col.add("TL317", f"mcp.pass_env of tool {quoted(tid)} names {quoted(name)} twice", where + ("pass_env", i),
+                    "list each variable once")
+        seen.add(name)
+
+
+def hide(text: str, values: Iterable[str]) -> str:
+    """``text`` with each secret value replaced by ``[REDACTED]`` (the whole-token rule of
+    ``_secrets.Scrubber`` for short values)."""
+    return Scrubber(values).text(text)
+
+
+def hide_deep(value: Any, values: list[str]) -> Any:
+    """``value`` with every string in it hidden as ``hide`` does (a key only when it holds a secret)."""
+    return Scrubber(values).deep(value)
 
 
 def scrub_text(text: str, decls: Iterable[Any]) -> str:
-    return Scrubber(secrets(decls)).text(text)
-
-
-async def list_server_tools(decl: Any, timeout_s: float = LIST_TIMEOUT_S) -> dict[str, Any]:
-    """Reach the server, list its tools, let it go: name -> the SDK's Tool."""
-    import trio
-    from mcp import ClientSession
-
-    with trio.fail_after(timeout_s):
-        if decl.url is not None:
-            from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
-
-            async with create_mcp_http_client(headers=headers(decl)) as client:
-                async with streamable_http_client(decl.url, http_client=client) as streams:
-                    async with ClientSession(streams[0], streams[1]) as session:
-                        await session.initialize()
-                        listing = await session.list_tools()
-        else:
-            from mcp.client.stdio import stdio_client
-
-            async with stdio_client(server_params(decl)) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    listing = await session.list_tools()
-    return {tool.name: tool for tool in listing.tools}
+    """``text`` with the values these servers get from toolloop's environment hidden."""
+    return hide(text, secrets(decls))
 
 
 def schema_hash(offered: Any) -> str:
@@ -142,23 +179,6 @@ def _problem(tool: ToolSpec, message: str, hint: str, code: str = "TL313") -> Pr
     return Problem(code, message, file, line, col, f"subagents.{tool.subagent}.tools.{tool.id}.mcp", hint)
 
 
-def _first(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _why(exc: BaseException, decl: Any) -> str:
-    import trio
-
-    first = _first(exc)
-    if isinstance(first, trio.TooSlowError):
-        return "it did not answer in time"
-    if isinstance(first, McpConfigError):
-        return str(first)
-    return scrub_text(error_text(first), [decl])
-
-
 def read_locked_hashes(registry_file: str | os.PathLike | None) -> dict[str, str] | None:
     """The MCP schema hashes ``toolloop lock`` recorded for this registry ("subagent/tool" -> hash),
     or None when there is no lock beside it or it holds none (an unreadable lock is for
@@ -181,23 +201,17 @@ def read_locked_hashes(registry_file: str | os.PathLike | None) -> dict[str, str
     return hashes if isinstance(hashes, dict) and hashes else None
 
 
-def _timeout(tools: list[ToolSpec]) -> float:
-    given = [t.timeout_s for t in tools if t.timeout_s]
-    return max(given) if given else LIST_TIMEOUT_S
-
-
 def resolve_server_tools(sub: SubagentSpec, *, locked: Mapping[str, str] | None = None,
                          hashes: dict[str, str] | None = None) -> list[Problem]:
     """Fill in the MCP tools of ``sub`` from their servers; the problems found (TL313, TL320-TL322
     for a server schema that is not valid, TL372 for a server whose schemas differ from
     ``locked``) are returned. ``hashes``, when given, receives every listed tool's schema hash.
-    Blocking: call it outside an event loop."""
+    A server started here is left running for the run that follows in this process
+    (``mcp_servers.take``). Blocking: call it outside an event loop."""
     wanted = [t for t in sub.tools.values() if t.kind == "mcp" and (
         t.from_server or hashes is not None or (locked and f"{sub.id}/{t.id}" in locked))]
     if not wanted:
         return []
-    import trio
-
     if client_missing() is not None:
         return [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not installed",
                          INSTALL_LINE) for t in wanted]
@@ -208,15 +222,13 @@ def resolve_server_tools(sub: SubagentSpec, *, locked: Mapping[str, str] | None 
     for tools in by_server.values():
         decl = tools[0].mcp
         try:
-            offered = trio.run(list_server_tools, decl, _timeout(tools))
-        except BaseException as exc:  # noqa: BLE001 - a server that cannot be reached is a finding
-            if isinstance(exc, KeyboardInterrupt):
-                raise
+            offered = _listed(decl)
+        except Exception as exc:  # noqa: BLE001 - a server that cannot be reached is a finding
             how = "reached" if decl.url is not None else "started"
             fix = ("check mcp.url, that the server runs, and the variables in mcp.headers_env"
                    if decl.url is not None else "check that mcp.command starts the server")
             problems += [_problem(t, f"MCP server {quoted(server_name(decl))} for tool {quoted(t.id)} could not be {how} or"
-                                     f" listed: {_why(exc, decl)}", fix) for t in tools]
+                                     f" listed: {exc}", fix) for t in tools]
             continue
         for t in tools:
             found = offered.get(t.ref)
@@ -241,6 +253,27 @@ def resolve_server_tools(sub: SubagentSpec, *, locked: Mapping[str, str] | None 
             if fixed is not None:
                 sub.tools[t.id] = fixed  # type: ignore[index]  # the subagent's tool table
     return problems
+
+
+def _listed(decl: Any) -> dict[str, Any]:
+    """The server's tools (name -> the SDK's Tool, secrets hidden); the server is parked for the
+    run that follows. Raises ``mcp_servers.ServerError`` with a message fit to show."""
+    from . import mcp_servers
+
+    server = mcp_servers.start_blocking(decl)
+    try:
+        offered = mcp_servers.list_blocking(server)
+    except BaseException:
+        mcp_servers.close_blocking(server)
+        raise
+    mcp_servers.park(server)
+    hidden = secrets([decl])
+    if not hidden:
+        return offered
+    return {name: tool.model_copy(update={"description": hide(tool.description or "", hidden),
+                                          "input_schema": hide_deep(tool.input_schema, hidden),
+                                          "output_schema": hide_deep(getattr(tool, "output_schema", None), hidden)})
+            for name, tool in offered.items()}
 
 
 def _with_server_schemas(t: ToolSpec, offered: Any) -> tuple[ToolSpec | None, list[Problem]]:

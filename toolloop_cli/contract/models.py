@@ -31,11 +31,14 @@ class ApprovalDecl(Closed):
 
 
 class McpDecl(Closed):
-    """An MCP server: over stdio (``command``, ``env``) or Streamable HTTP (``url``, ``headers_env``:
-    header name -> the environment variable holding its value); exactly one of the two."""
+    """An MCP server: over stdio (``command``, ``env``: literal values, ``pass_env``: names of
+    variables handed through from toolloop's environment, their values secrets) or Streamable HTTP
+    (``url``, ``headers_env``: header name -> the environment variable holding its value); exactly
+    one of the two."""
 
     command: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
     env: dict[str, StrictStr] = {}
+    pass_env: list[StrictStr] = []
     url: Optional[StrictStr] = None
     headers_env: dict[str, StrictStr] = {}
     allow: Annotated[list[StrictStr], Field(min_length=1)]

@@ -638,24 +638,9 @@ def _mcp_effect(tid: str, t: ToolDecl, at: tuple, col: Collector) -> tuple[str, 
     server's annotations decide)."""
     m = t.mcp
     assert m is not None
-    where = at + ("mcp",)
-    if (m.command is None) == (m.url is None):
-        found = "both" if m.command is not None else "neither"
-        col.add("TL317", f"the mcp block of tool {quoted(tid)} needs exactly one of 'command' or 'url', found {found}",
-                where, "command: [...] starts a server over stdio; url: reaches one over Streamable HTTP",
-                at_key=True)
-    elif m.url is not None:
-        if not m.url.startswith(("http://", "https://")):
-            col.add("TL317", f"mcp.url of tool {quoted(tid)} must be an http:// or https:// address", where + ("url",),
-                    "e.g. url: http://127.0.0.1:8931/mcp")
-        if m.env:
-            col.add("TL317", f"mcp.env of tool {quoted(tid)} applies to a server started with 'command', not to a url",
-                    where + ("env",), "pass secrets to an HTTP server as headers: headers_env: {Header: ENV_VAR}",
-                    at_key=True)
-    elif m.headers_env:
-        col.add("TL317", f"mcp.headers_env of tool {quoted(tid)} applies to a server reached by 'url'",
-                where + ("headers_env",), "give a server started with 'command' its environment with env:",
-                at_key=True)
+    from .mcp import check_declaration
+
+    check_declaration(tid, m, at + ("mcp",), col)
     given = t.model_fields_set
     if "effect" in given:
         return t.effect, t.idempotent, frozenset()

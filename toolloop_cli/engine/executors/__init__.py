@@ -160,7 +160,8 @@ class Executors:
     async def _mcp_opened(self) -> AsyncIterator[None]:
         from .mcp import open_mcp_sessions
 
-        async with open_mcp_sessions() as sessions:
+        decls = [t.mcp for s in self.contract.subagents.values() for t in s.tools.values() if t.kind == "mcp"]
+        async with open_mcp_sessions(decls) as sessions:  # the servers admission started, taken
             self._mcp = sessions
             try:
                 yield

@@ -1,6 +1,11 @@
-"""MCP tools: one session per server for a run (over stdio or Streamable HTTP), opened on first
-use, closed when the run ends. Each request is bounded by its tool's ``timeout_s``; the values of
-an HTTP server's headers are hidden in whatever comes back (results, errors)."""
+"""MCP tools: the servers a run calls (over stdio or Streamable HTTP), each started once for the
+run: the one admission started to list its tools when this process admitted the plan, else one
+started on first use; all are stopped when the run ends. Sessions live on the MCP host loop
+(``contract/mcp_servers.py``); a call awaits its request there and cancels it there.
+
+Starting a server is the call's preparation, bounded on its own (``START_TIMEOUT_S``); each
+request is bounded by its tool's ``timeout_s``. The values a server gets from toolloop's
+environment (HTTP headers, ``pass_env`` variables) are hidden in whatever comes back."""
 
 from __future__ import annotations
 
@@ -9,106 +14,87 @@ from typing import Any, AsyncIterator
 
 import trio
 
+from ...contract import mcp_servers
 from ...contract.compiled import ToolSpec
-from ..._secrets import Scrubber
-from ...contract.mcp import headers, secrets, server_key, server_params
+from ..._text import quoted
+from ...contract.mcp import hide, hide_deep, secrets, server_key, server_name
+from ...contract.mcp_servers import Server, ServerError
 
 
 class McpError(Exception):
-    """An MCP tool answered with ``isError``: the receipt is an error with the server's text."""
+    """An MCP tool answered with ``isError``, or its server could not be started or went away:
+    the receipt is an error with the server's text."""
 
 
 class McpSessions:
-    def __init__(self, nursery: trio.Nursery):
-        self._nursery = nursery
-        self._sessions: dict[tuple, Any] = {}
+    """The servers of one run, by server key."""
+
+    def __init__(self) -> None:
+        self._servers: dict[tuple, Server] = {}
         self._locks: dict[tuple, trio.Lock] = {}
-        self._closing = trio.Event()
 
-    async def _serve(self, decl: Any, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        from mcp import ClientSession
+    def adopt(self, decls: list[Any]) -> None:
+        """Take the servers admission left running for these declarations."""
+        for decl in decls:
+            key = server_key(decl)
+            if key not in self._servers and (server := mcp_servers.take(key)) is not None:
+                self._servers[key] = server
 
-        started = False
-        try:
-            async with _transport(decl) as (read, write):
-                async with ClientSession(read, write) as session:
-                    await session.initialize()
-                    task_status.started(session)
-                    started = True
-                    await self._closing.wait()
-        except Exception:
-            if not started:
-                raise  # the call that asked for the session gets it as its error
-            # the server died during the run: calls on its session now fail with error receipts
-
-    async def session(self, decl: Any) -> Any:
+    async def server(self, decl: Any) -> Server:
         key = server_key(decl)
         lock = self._locks.setdefault(key, trio.Lock())
         async with lock:
-            if key not in self._sessions:
-                self._sessions[key] = await self._nursery.start(self._serve, decl)
-        return self._sessions[key]
+            if key not in self._servers:
+                self._servers[key] = await mcp_servers.start(decl)
+        return self._servers[key]
 
-    async def call(self, tool: ToolSpec, args: dict) -> Any:
+    async def call(self, tool: ToolSpec, args: dict, server: Server) -> Any:
         """The tool's result: its structured content when the server gives one, else its
         content items as JSON. Raises McpError for a result flagged ``isError``."""
         hidden = secrets([tool.mcp])
+        if not server.alive:
+            raise McpError(server.stopped())
         try:
-            session = await self.session(tool.mcp)
-            result = await session.call_tool(tool.ref, args, read_timeout_seconds=tool.timeout_s, meta=_meta())
-        except McpError:
-            raise
+            result = await mcp_servers.on_host(_call_tool, server, tool.ref, args, tool.timeout_s, _meta())
         except Exception as exc:
-            if hidden and any(h in str(exc) for h in hidden):  # never let a header value through
-                raise McpError(_hide(f"{type(exc).__name__}: {exc}", hidden)) from None
+            if not server.alive or await mcp_servers.gone(server):
+                raise McpError(server.stopped()) from None
+            if server.http_status is not None:
+                raise McpError(server.why(exc, "answer")) from None
+            if hidden and any(h in str(exc) for h in hidden):  # never let a secret through
+                raise McpError(hide(f"{type(exc).__name__}: {exc}", hidden)) from None
             raise
         if result.is_error:
             text = " ".join(getattr(c, "text", "") for c in result.content).strip()
-            raise McpError(_hide(text, hidden) or f"MCP tool '{tool.ref}' reported an error")
+            raise McpError(hide(text, hidden) or f"MCP tool '{tool.ref}' reported an error")
         structured = getattr(result, "structured_content", None)
         if structured is None:
             structured = {"content": [c.model_dump(mode="json", exclude_none=True) for c in result.content]}
-        return _hide_deep(structured, hidden) if hidden else structured
+        return hide_deep(structured, hidden) if hidden else structured
 
-    def close(self) -> None:
-        self._closing.set()
-
-
-@asynccontextmanager
-async def _transport(decl: Any) -> AsyncIterator[tuple[Any, Any]]:
-    """The server's message streams: its process over stdio, or its address over Streamable HTTP
-    with the declared headers."""
-    if decl.url is None:
-        from mcp.client.stdio import stdio_client
-
-        async with stdio_client(server_params(decl)) as (read, write):
-            yield read, write
-        return
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    async with create_mcp_http_client(headers=headers(decl)) as client:
-        async with streamable_http_client(decl.url, http_client=client) as streams:
-            yield streams[0], streams[1]
-
-
-def _hide(text: str, hidden: list[str]) -> str:
-    return Scrubber(hidden).text(text)
-
-
-def _hide_deep(value: Any, hidden: list[str]) -> Any:
-    return Scrubber(hidden).deep(value)
+    async def aclose(self) -> None:
+        servers, self._servers = list(self._servers.values()), {}
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for server in servers:
+                    nursery.start_soon(mcp_servers.close, server)
 
 
 @asynccontextmanager
-async def open_mcp_sessions() -> AsyncIterator[McpSessions]:
-    """Sessions for the length of a run; servers are stopped when it ends."""
-    async with trio.open_nursery() as nursery:
-        sessions = McpSessions(nursery)
-        try:
-            yield sessions
-        finally:
-            sessions.close()
+async def open_mcp_sessions(decls: list[Any] | None = None) -> AsyncIterator[McpSessions]:
+    """The servers of a run (those admission started for ``decls`` taken at once); stopped
+    when it ends."""
+    sessions = McpSessions()
+    sessions.adopt(decls or [])
+    try:
+        yield sessions
+    finally:
+        await sessions.aclose()
+
+
+async def _call_tool(server: Server, name: str, args: dict, timeout_s: float | None, meta: Any) -> Any:
+    """``tools/call`` on the server's session (on the MCP host loop)."""
+    return await server.session.call_tool(name, args, read_timeout_seconds=timeout_s, meta=meta)
 
 
 def _meta() -> Any:
@@ -131,8 +117,15 @@ class McpExecutor:
     def __init__(self, sessions: McpSessions):
         self.sessions = sessions
 
-    async def prepare(self, tool: ToolSpec, args: dict) -> None:
-        return None
+    async def prepare(self, tool: ToolSpec, args: dict) -> Server | ServerError:
+        """The tool's server, started if need be: before the call's deadline runs."""
+        try:
+            return await self.sessions.server(tool.mcp)
+        except ServerError as exc:  # the call's receipt says it
+            return exc
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
-        return await self.sessions.call(tool, args)
+    async def run(self, tool: ToolSpec, args: dict, prepared: Server | ServerError, slot: Any) -> Any:
+        if isinstance(prepared, ServerError):
+            how = "reached" if tool.mcp.url is not None else "started"
+            raise McpError(f"MCP server {quoted(server_name(tool.mcp))} could not be {how}: {prepared}") from None
+        return await self.sessions.call(tool, args, prepared)

@@ -20,6 +20,11 @@ pickled by value, so the workers need Ray and the App's own dependencies, not to
 
 One thread per call in flight waits on Ray's blocking iterator; there are never more of them than
 calls in flight, which the lanes bound (``max_concurrency``).
+
+Joining a cluster is bounded (``TOOLLOOP_RAY_CONNECT_TIMEOUT_S``, 30 s by default) and never deaf
+to signals: ``ray.init`` runs in a thread of its own (``_Owner``) while the caller waits where
+Ctrl-C and SIGTERM arrive. Before it, the address Ray will dial (Ray replaces a loopback host with
+this machine's own address) is checked, so a cluster that is not there is a quick, clear error.
 """
 
 from __future__ import annotations
@@ -31,8 +36,8 @@ import signal
 import socket
 import sys
 import threading
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, AsyncIterator, Iterator
 
 import trio
 
@@ -46,6 +51,9 @@ INSTALL_LINE = "pip install 'toolloop-cli[ray]'"
 STOP_WAIT_S = 10.0
 #: how long reaching a cluster's address may take before the run gives up
 CONNECT_CHECK_S = 5.0
+#: how long joining a cluster (``ray.init``) may take, unless TOOLLOOP_RAY_CONNECT_TIMEOUT_S says
+CONNECT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_ENV = "TOOLLOOP_RAY_CONNECT_TIMEOUT_S"
 #: never shipped to the workers with the App root
 SHIP_EXCLUDES = [".git", ".hg", ".venv", "venv", ".toolloop", "__pycache__", "*.pyc", "node_modules",
                  ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox"]
@@ -149,16 +157,186 @@ def _is_terminal(stream: Any) -> bool:
         return False
 
 
+def _is_host_port(address: str) -> bool:
+    host, sep, port = address.rpartition(":")
+    return bool(sep and host and port.isdigit())
+
+
+def _dialled(address: str) -> str:
+    """The address Ray itself dials for ``host:port``: Ray replaces a loopback host (127.0.0.1,
+    localhost) with this machine's own address, so a cluster that listens on loopback alone is
+    reached on loopback and still cannot be joined."""
+    if not _is_host_port(address):
+        return address
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+
+        return canonicalize_bootstrap_address(address) or address
+    except Exception:  # noqa: BLE001 - Ray's own helper moved or failed: probe what was given
+        return address
+
+
 def _reachable(address: str) -> str | None:
     """Why ``host:port`` cannot be reached, or None. Ray itself would retry for minutes."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
+    if not _is_host_port(address):
         return None  # "auto" or another form Ray understands: Ray says what is wrong with it
+    host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_CHECK_S):
             return None
     except OSError as exc:
         return exc.strerror or str(exc) or type(exc).__name__
+
+
+def connect_timeout() -> float:
+    """Seconds joining a cluster may take: TOOLLOOP_RAY_CONNECT_TIMEOUT_S, else 30."""
+    raw = os.environ.get(CONNECT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return CONNECT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise UsageError(f"{CONNECT_TIMEOUT_ENV}={excerpt(raw)} is not a number of seconds above 0")
+    return value
+
+
+class _ConnectTimedOut(Exception):
+    pass
+
+
+class _DropThreadWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SIGTERM handler is not set")
+
+
+@contextmanager
+def _quiet_thread_warning() -> Iterator[None]:
+    """``ray.init`` outside the main thread warns that it set no SIGTERM handler: toolloop keeps
+    its own, and its standard error carries its own lines."""
+    logger = logging.getLogger("ray._private.worker")
+    drop = _DropThreadWarning()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt here, as Ctrl-C does (exit 130), for the length of the
+    block (main thread only: elsewhere signals are not this thread's to take)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Owner:
+    """The thread that calls ``ray.init`` and, when told, ``ray.shutdown``.
+
+    Ray's connect blocks in native code that lets no signal through, so it runs here while the
+    caller waits where Ctrl-C and SIGTERM still arrive, at most the connect deadline; a connect
+    given up on is left behind (the process is about to end). The thread lives as long as the
+    connection: the processes of a local Ray die with the thread that started them."""
+
+    def __init__(self, ray: Any, kwargs: dict):
+        self.ray = ray
+        self.kwargs = kwargs
+        self.error: BaseException | None = None
+        self.ready = threading.Event()
+        self.stop = threading.Event()
+        self.stopped = threading.Event()
+        threading.Thread(target=self._main, name="toolloop ray", daemon=True).start()
+
+    def _main(self) -> None:
+        try:
+            with _quiet_thread_warning():
+                self.ray.init(**self.kwargs)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the waiting thread
+            self.error = exc
+            self.stopped.set()
+            return
+        finally:
+            self.ready.set()
+        self.stop.wait()
+        try:
+            self.ray.shutdown()
+        finally:
+            self.stopped.set()
+
+    def wait_ready(self, deadline_s: float | None) -> None:
+        with _sigterm_interrupts():
+            if not self.ready.wait(deadline_s):
+                raise _ConnectTimedOut()
+        if self.error is not None:
+            raise self.error
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        with _sigterm_interrupts():
+            self.stopped.wait()
+
+
+class _DropThreadWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SIGTERM handler is not set")
+
+
+@contextmanager
+def _quiet_thread_warning() -> Iterator[None]:
+    """``ray.init`` outside the main thread warns that it set no SIGTERM handler: toolloop keeps
+    its own, and its standard error carries its own lines."""
+    logger = logging.getLogger("ray._private.worker")
+    drop = _DropThreadWarning()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def _in_thread(fn: Any, deadline_s: float | None) -> None:
+    """``fn()`` in a daemon thread, waited for here at most ``deadline_s`` seconds (None: as long as
+    it takes). Ray's connect blocks in native code that never lets a signal through, so it runs
+    apart and this thread waits where Ctrl-C and SIGTERM (KeyboardInterrupt) still arrive; a
+    connect given up on is left behind (the process is about to end)."""
+    box: dict[str, BaseException] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the waiting thread
+            box["exc"] = exc
+        finally:
+            done.set()
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def interrupt(_sig: int, _frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, interrupt)  # 130, as Ctrl-C
+    try:
+        threading.Thread(target=target, name="toolloop ray connect", daemon=True).start()
+        if not done.wait(deadline_s):
+            raise _ConnectTimedOut()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if "exc" in box:
+        raise box["exc"]
 
 
 class RayConnection:
@@ -174,8 +352,7 @@ class RayConnection:
             raise UsageError(f"--ray-address {excerpt(self.address)}: Ray Client addresses (ray://) are not supported;"
                              " give the cluster's address as HOST:PORT (port 6379 unless 'ray start' said otherwise)")
         self.depth = 0
-        self.owned = False  # this connection called ray.init, so it calls ray.shutdown
-        self._sigterm: Any = None
+        self._owner: _Owner | None = None  # set when this connection called ray.init (and so shuts down)
         # the task functions travel by value: the workers need no toolloop installed
         self.ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -189,52 +366,64 @@ class RayConnection:
             return
         ray = self.ray
         if ray.is_initialized():
-            self.owned = False
             return
         kwargs: dict[str, Any] = {
             "runtime_env": {"working_dir": self.app_root, "excludes": SHIP_EXCLUDES},
             "logging_level": logging.ERROR, "log_to_driver": True,
         }
+        deadline: float | None = None
         if self.address:
-            problem = _reachable(self.address)
+            deadline = connect_timeout()
+            dialled = _dialled(self.address)
+            problem = _reachable(dialled)
             if problem is not None:
                 self.depth -= 1
-                raise RunError(f"cannot reach {self.where()}: {problem}; start one with"
-                               " 'ray start --head' or check --ray-address / RAY_ADDRESS")
+                raise UsageError(f"cannot reach {self.where()}{self._via(dialled)}: {problem}; start one with"
+                                 " 'ray start --head' or check --ray-address / RAY_ADDRESS"
+                                 + self._loopback_hint(dialled))
             kwargs["address"] = self.address
         else:
             kwargs.update(address="local", include_dashboard=False)
         if os.environ.get("NO_COLOR") or not _is_terminal(sys.stderr):
             os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # Ray colours the prefix of forwarded prints
-        main = threading.current_thread() is threading.main_thread()
-        if main:
-            self._sigterm = signal.getsignal(signal.SIGTERM)  # ray.init sets its own
+        owner = _Owner(ray, kwargs)
         try:
-            ray.init(**kwargs)
+            owner.wait_ready(deadline)
+        except _ConnectTimedOut:
+            self.depth -= 1
+            dialled = _dialled(self.address or "")
+            raise UsageError(f"cannot reach {self.where()}{self._via(dialled)}: no answer from Ray within"
+                             f" {deadline:g}s; check that a Ray cluster (not another service) listens there,"
+                             f" or allow longer with {CONNECT_TIMEOUT_ENV}") from None
+        except KeyboardInterrupt:
+            self.depth -= 1
+            raise
         except Exception as exc:  # noqa: BLE001 - whatever Ray says, as one line
             self.depth -= 1
-            self._restore_sigterm()
             hint = ""
             if self.address and not os.environ.get("RAY_AUTH_MODE"):
                 hint = " (a cluster with token authentication also needs RAY_AUTH_MODE=token here)"
-            raise RunError(f"cannot start or reach {self.where()}: {excerpt(_first_line(exc), 300)}{hint}") from None
-        self.owned = True
+            error = UsageError if self.address else RunError  # an address that does not work is the flag's
+            raise error(f"cannot start or reach {self.where()}: {excerpt(_first_line(exc), 300)}{hint}") from None
+        self._owner = owner
+
+    def _via(self, dialled: str) -> str:
+        return f" (Ray dials {excerpt(dialled)})" if self.address and dialled != self.address else ""
+
+    def _loopback_hint(self, dialled: str) -> str:
+        if not self.address or dialled == self.address or _reachable(self.address) is not None:
+            return ""  # the address given does not answer either
+        return ("; Ray replaces a loopback address with this machine's own, so a cluster must listen there:"
+                f" start it with 'ray start --head --node-ip-address={excerpt(dialled.rpartition(':')[0])}'")
 
     def close(self) -> None:
         """Disconnect (a local Ray started by ``open`` is stopped)."""
         self.depth -= 1
-        if self.depth > 0 or not self.owned:
+        owner, self._owner = self._owner, None
+        if self.depth > 0 or owner is None:
+            self._owner = owner
             return
-        self.owned = False
-        try:
-            self.ray.shutdown()
-        finally:
-            self._restore_sigterm()
-
-    def _restore_sigterm(self) -> None:
-        if self._sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._sigterm)
-        self._sigterm = None
+        owner.shutdown()
 
     @asynccontextmanager
     async def opened(self) -> AsyncIterator[None]:
