@@ -323,5 +323,11 @@ def call(
         print_findings(exc.problems)
         write_rejected_summary(format, None, started, mode="sequential")
         raise typer.Exit(3)
+    from ..engine.session import new_run_id
+
+    run_id = new_run_id()
+    # said before the call runs: a call that hangs, pauses or is interrupted is found by this id
+    sys.stderr.write(f"toolloop: run {run_id}\n")
+    sys.stderr.flush()
     _execute(admitted, format, None, timeout, no_cache, False, state_dir, None, 16 * 1024 * 1024,
-             approve=approve.value)
+             approve=approve.value, run_id=run_id)
