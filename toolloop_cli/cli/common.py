@@ -109,11 +109,17 @@ def version() -> str:
 
 
 def require_file(path: Any, what: str) -> None:
-    """Exit 2 with a clear message unless ``path`` is a readable file."""
-    from pathlib import Path
+    """Exit 2 with a clear message unless ``path`` is a file (a path no file system takes, too)."""
+    from .._paths import look_at
+    from .._text import excerpt
 
-    path = Path(path)
-    if path.is_dir():
-        fail(f"{what} is a folder, not a file: {path}", 2)
-    if not path.is_file():
-        fail(f"{what} not found: {path}" if not path.exists() else f"{what} is not a regular file: {path}", 2)
+    looked = look_at(path)
+    shown = excerpt(str(path))
+    if looked.kind == "folder":
+        fail(f"{what} is a folder, not a file: {shown}", 2)
+    if looked.kind == "missing":
+        fail(f"{what} not found: {shown}", 2)
+    if looked.kind == "other":
+        fail(f"{what} is not a regular file: {shown}", 2)
+    if looked.kind == "bad":
+        fail(f"{what} {shown}: {looked.why}", 2)

@@ -71,7 +71,8 @@ class Checker:
     def plan(self, path: Path) -> None:
         from ..contract.registry import display_path
         from ..errors import ConfigError
-        from ..plan.admit import admit_declaration, load_plan, registry_path_for
+        from .._paths import look_at
+        from ..plan.admit import admit_declaration, load_plan, registry_missing, registry_path_for
 
         self.report.plans += 1
         decl, col = load_plan(path)
@@ -83,13 +84,10 @@ class Checker:
             col.add("TL412", "the plan names no registry", (), "add 'registry: path/to/registry.yml' or pass --registry")
             self._add(col.problems)
             return
-        try:
-            found = Path(reg_path).is_file()
-        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-            found = False
-        if not found:
+        looked = look_at(reg_path)
+        if looked.kind != "file":
             given = "--registry" if self.flags.registry is not None else "registry"
-            col.add("TL412", f"registry not found: {excerpt(reg_path)}", ("registry",) if given == "registry" else (),
+            col.add("TL412", registry_missing(reg_path, looked), ("registry",) if given == "registry" else (),
                     "fix the path (relative to the plan file) or pass --registry")
             self._add(col.problems)
             return
