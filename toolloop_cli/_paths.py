@@ -1,9 +1,11 @@
-"""Paths a person wrote (a flag, or a key of a registry or plan) as the file system sees them.
+"""Paths a person wrote (a flag, or a key of a registry or plan) as the file system sees them,
+and the import path callables are resolved on.
 
 One rule for every such path: looking at it never raises. A path the file system cannot take at
 all (a NUL byte, a name or a whole path longer than it allows, a loop of links, a folder that
 may not be searched) is ``bad``, with the reason in words, so each caller reports it as it
-reports a missing file: a finding at the key, or a usage error naming the flag.
+reports a missing file: a finding at the key, or a usage error naming the flag. Standard library
+only: the command line and worker processes import it before anything else.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -43,3 +46,23 @@ def look_at(path: str | os.PathLike) -> Looked:
     if stat.S_ISDIR(st.st_mode):
         return Looked("folder")
     return Looked("other", "not a regular file or folder")
+
+
+def forget_start_folder() -> None:
+    """Take off ``sys.path`` the folder Python put first for how it was started: the current
+    folder for ``python -m toolloop_cli``, the script's folder for the ``toolloop`` script. Either
+    way callables then resolve from ``app_root`` (and what is installed) only, so a registry
+    passes or fails alike however toolloop is started. ``python -P`` adds neither."""
+    if sys.flags.safe_path or not sys.path:
+        return
+    first = sys.path[0]
+    started: set[str] = {""}
+    try:
+        started.add(os.getcwd())
+    except OSError:
+        pass  # the current folder is gone: it cannot be imported from either
+    if sys.argv and sys.argv[0] not in ("", "-c", "-m"):
+        script = os.path.dirname(os.path.abspath(sys.argv[0]))
+        started.update((script, os.path.realpath(script)))
+    if first in started or os.path.realpath(first or ".") in started:
+        del sys.path[0]

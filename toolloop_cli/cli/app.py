@@ -62,7 +62,7 @@ def main() -> None:
     traceback; anything else is a bug in toolloop, named on one line (exit 70)."""
     import sys
 
-    from ..contract.callables import forget_start_folder
+    from .._paths import forget_start_folder
     from ..errors import ConfigError, InternalError, RunError, UsageError
     from .common import guard_standard_streams
 

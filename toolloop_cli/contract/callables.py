@@ -24,28 +24,6 @@ class Resolved:
     missing: str | None = None
 
 
-def forget_start_folder() -> None:
-    """Take off ``sys.path`` the folder Python put first for how it was started: the current
-    folder for ``python -m toolloop_cli``, the script's folder for the ``toolloop`` script. Either
-    way callables then resolve from ``app_root`` (and what is installed) only, so a registry
-    passes or fails alike however toolloop is started. ``python -P`` adds neither."""
-    import os
-
-    if sys.flags.safe_path or not sys.path:
-        return
-    first = sys.path[0]
-    started: set[str] = {""}
-    try:
-        started.add(os.getcwd())
-    except OSError:
-        pass  # the current folder is gone: it cannot be imported from either
-    if sys.argv and sys.argv[0] not in ("", "-c", "-m"):
-        script = os.path.dirname(os.path.abspath(sys.argv[0]))
-        started.update((script, os.path.realpath(script)))
-    if first in started or os.path.realpath(first or ".") in started:
-        del sys.path[0]
-
-
 def ensure_on_path(root: str) -> None:
     if root not in sys.path:
         sys.path.insert(0, root)
