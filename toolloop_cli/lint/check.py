@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._text import excerpt
 from ..contract.problems import Problem
 from .discover import Target
 
