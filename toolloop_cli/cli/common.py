@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from enum import Enum
-from typing import IO, Any, NoReturn
+from typing import IO, Any, Callable, NoReturn
 
 import typer
 
@@ -54,6 +55,27 @@ def guard_standard_streams() -> None:
     for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, mode, closefd=False))
+
+
+def notice(text: str) -> None:
+    """One line for a person on standard error; safe in a signal handler (one unbuffered write,
+    no locks)."""
+    os.write(2, f"toolloop: {text}\n".encode())
+
+
+def holding_signals(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A command that runs a plan (run, call, resume, replay) takes SIGINT and SIGTERM from its
+    first line to its last (``engine.session.held_signals``): Ctrl-C at any moment ends it with
+    what was committed and the summary, never a traceback or an output cut off half-way."""
+
+    @functools.wraps(command)
+    def holding(*args: Any, **kwargs: Any) -> Any:
+        from ..engine.session import held_signals
+
+        with held_signals(notice):
+            return command(*args, **kwargs)
+
+    return holding
 
 
 def fail(message: str, code: int = 2, hint: str | None = None) -> NoReturn:

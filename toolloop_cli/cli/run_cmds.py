@@ -11,7 +11,8 @@ from typing import IO, Any, List, Optional
 
 import typer
 
-from .common import DataFormat, err_console, fail, print_findings, record_writer, resolve_format, require_file
+from .common import (DataFormat, err_console, fail, holding_signals, notice, print_findings, record_writer,
+                     resolve_format, require_file)
 
 
 def private_stdout() -> IO[bytes]:
@@ -91,6 +92,7 @@ def quiet_broken_pipe() -> None:
     os.dup2(devnull, 1)
 
 
+@holding_signals
 def run(
     plan: Path = typer.Argument(..., help="Plan YAML file."),
     registry: Optional[Path] = typer.Option(None, "--registry", help="Registry file (overrides the plan's)."),
@@ -217,10 +219,6 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     from ..engine.run import RunOptions, execute_plan
     from .run_checks import progress_wanted
 
-    def notice(text: str) -> None:
-        # may run inside a signal handler: one unbuffered write, no locks
-        os.write(2, f"toolloop: {text}\n".encode())
-
     if store is None:
         store = _open_store(state_dir)
     out = Output(format)
@@ -290,6 +288,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     raise typer.Exit(result.exit_code)
 
 
+@holding_signals
 def call(
     registry: Path = typer.Argument(..., help="Registry YAML file."),
     subagent: str = typer.Argument(..., help="Subagent id."),

@@ -172,6 +172,8 @@ class RoutedRunner:
         try:
             with trio.CancelScope(deadline=self.deadline) as scope:
                 session.state.in_flight.add(scope)  # a signal cancels the loop
+                if session.state.interrupted:  # one came while the run started: no model is asked
+                    scope.cancel()
                 try:
                     outcome, final = await self._loop()
                 finally:
