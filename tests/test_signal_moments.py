@@ -213,3 +213,24 @@ def test_a_signal_while_the_summary_is_written_leaves_it_whole(cli, tmp_path, si
     summary = check_ending(tmp_path, proc, out, err, before_the_end=False)
     assert summary["status"] == "ok" and len(summary["labels"]) == 400
     assert [r["status"] for r in json.loads(out)[:-1]] == ["ok"] * CALLS
+
+
+def test_a_routed_run_signalled_while_it_is_admitted_asks_no_model(tmp_path, model_server, monkeypatch):
+    project(tmp_path)
+    profile = f"{{provider: openai, model: m, base_url: '{model_server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    plan = write(tmp_path / "routed.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: w
+        mode: routed
+        goal: Work.
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 3, max_tokens: 10000, max_tool_calls: 2, timeout_s: 60}}
+    """)
+    model_server.script('{"action": "final", "reason": "done"}', '{"answer": 1}')
+    monkeypatch.setenv("TL_TEST_KEY", "k")
+    proc = start(tmp_path, "import", signal.SIGINT, "run", str(plan))
+    out, err = proc.communicate(timeout=120)
+    summary = check_ending(tmp_path, proc, out, err, before_the_end=True)
+    assert summary["outcome"] is None and model_server.requests == []
