@@ -63,19 +63,34 @@ def _no_constants(name: str) -> Any:
 #: how deeply a reply's object may nest: the values in it (a call's arguments, the answer's
 #: fields) as deeply as any call's arguments may, one level below the object itself
 MAX_REPLY_DEPTH = MAX_VALUE_DEPTH + 1
-_STRING = re.compile(r'"(?:[^"\\]+|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
+_SPECIAL = re.compile(r'[\[\]{}"\\]')
 
 
-def _nesting(body: str) -> int:
-    """How deeply the brackets of ``body`` nest, brackets inside strings aside; read without
-    recursion, so a reply of a million brackets is measured, not parsed."""
+def _nesting(body: str, limit: int) -> int:
+    """How deeply the brackets of ``body`` nest (brackets inside strings aside), counted up to
+    just past ``limit``: one pass over the brackets, quotes and backslashes, no recursion and no
+    backtracking, so a reply of a million brackets is measured, not parsed."""
     depth = deepest = 0
-    for m in _BRACKET.finditer(_STRING.sub('""', body)):
-        if m.group() in "[{":
+    in_string = False
+    escaped = -1  # the position a backslash in a string escapes
+    for m in _SPECIAL.finditer(body):
+        at, c = m.start(), m.group()
+        if at == escaped:
+            continue
+        if in_string:
+            if c == "\\":
+                escaped = at + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
             depth += 1
-            deepest = max(deepest, depth)
-        else:
+            if depth > deepest:
+                deepest = depth
+                if deepest > limit:
+                    break
+        elif c in "]}":
             depth -= 1
     return deepest
 
@@ -107,7 +122,7 @@ def one_object(text: str, what: str) -> dict | str:
             return (f"the reply has text before the JSON object ({excerpt(body[:where])}); "
                     f"reply with the JSON object only ({what})")
         return f"the reply is not a JSON object ({excerpt(body)}); reply with exactly one JSON object ({what})"
-    if _nesting(body) > MAX_REPLY_DEPTH:
+    if body.count("[") + body.count("{") > MAX_REPLY_DEPTH and _nesting(body, MAX_REPLY_DEPTH) > MAX_REPLY_DEPTH:
         return (f"the JSON object nests deeper than {MAX_REPLY_DEPTH} levels; "
                 f"reply with one flatter JSON object ({what})")
     decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
