@@ -45,7 +45,7 @@ def look_at(path: str | os.PathLike) -> Looked:
         return Looked("file")
     if stat.S_ISDIR(st.st_mode):
         return Looked("folder")
-    return Looked("other", "not a regular file or folder")
+    return Looked("other", "it is not a regular file (a device, a pipe or a socket)")
 
 
 def forget_start_folder() -> None:

@@ -183,7 +183,7 @@ class _Checker:
 
         if path in self.fixtures:
             return True
-        if (looked := look_at(path)).kind == "bad":
+        if (looked := look_at(path)).kind in ("bad", "other"):  # no name, or a device or pipe: never read
             self.add("TL416", f"fixture file cannot be read, {looked.why}: {quoted(given)}", at,
                      "the path is relative to the plan's folder; export one with 'toolloop runs export RUN_ID'")
             return False
@@ -202,7 +202,7 @@ class _Checker:
     # -- files ------------------------------------------------------------------------------
 
     def app_file(self, given: str, what: str, at: tuple) -> str | None:
-        if (looked := look_at(self.resolve(given))).kind == "bad":
+        if (looked := look_at(self.resolve(given))).kind in ("bad", "other"):  # a device or pipe: never read
             self.add("TL416", f"{what} file cannot be read, {looked.why}: {quoted(given)}", at,
                      "the path is relative to the plan's folder; a file the plan names must exist and not be empty")
             return None
