@@ -164,3 +164,21 @@ def test_a_state_dir_that_no_file_system_takes_is_a_usage_error(cli, command):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.decode() == (f"toolloop: error: cannot open the state database in {excerpt(LONG_NAME)}:"
                                     " the path is longer than the file system takes\n")
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+@pytest.mark.parametrize("key", ["instructions", "fixture", "judge prompt"])
+def test_a_plan_file_that_names_a_device_or_a_pipe_is_a_finding_never_read(tmp_path, key, special):
+    """/dev/zero never ends and a pipe nobody writes to blocks its reader for ever."""
+    from toolloop_cli.errors import ConfigError
+    from toolloop_cli.plan.admit import admit_plan
+
+    project = _project(tmp_path)
+    os.mkfifo(project / "plans" / "fifo")
+    target = project / "plans" / "routed-example.yml"
+    target.write_text(FILE_PATHS[key][1](target.read_text(), special))
+    with pytest.raises(ConfigError) as rejected:
+        admit_plan(target)
+    [finding] = [p for p in rejected.value.problems if p.code == "TL416"]
+    assert "it is not a regular file (a device, a pipe or a socket)" in finding.message
+    assert finding.file.endswith("routed-example.yml") and finding.line > 1
