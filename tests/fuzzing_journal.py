@@ -21,7 +21,6 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hypothesis import strategies as st
 
