@@ -425,3 +425,58 @@ def plan_document(plan: dict) -> str:
 
 def stream_plan() -> str:
     return "version: 1\nregistry: reg.yml\nsubagent: w\nmode: parallel\nmax_concurrency: 2\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# path-bearing keys: every key whose value names a file or folder, given a path no file system
+# takes, a special file, or a folder where a file belongs
+
+#: paths relative to the fuzz folder (write_base makes them): a pipe nobody writes to would
+#: block a reader for ever, /dev/zero never ends
+hostile_paths = st.one_of(
+    st.sampled_from(["", ".", "..", "/", "missing.yml", "reg.yml", "not_a_registry.txt", "sub", "sub/", "fifo",
+                     "/dev/null", "/dev/zero", "/proc/self/status", "~", "file:///etc/passwd", "reg.yml/x",
+                     "a\x00b.yml", "x" * 5000, "d/" * 3000 + "x", "\u202e.yml", "é/ü.md"]),
+    control_text, long_text,
+)
+
+
+def _path_value(path: str) -> Raw:
+    return Raw(_yaml_str(path))
+
+
+path_registries = st.builds(
+    lambda app_root, plan, which: {
+        "version": 1, **({"app_root": _path_value(app_root)} if which != "plan" else {"app_root": str(APP)}),
+        "subagents": {"w": {"runner_defaults": {"tool_timeout_s": 5}, "tools": {
+            "echo": {"callable": "testapp.tools:echo", "description": "d", "input_schema": {}, "output_schema": {}},
+            "agent": {"plan": _path_value(plan), "description": "a child plan"}}}}},
+    hostile_paths, hostile_paths, st.sampled_from(["app_root", "plan", "both"]),
+)
+path_plans = st.builds(
+    lambda registry, instructions, prompt, fixture, which: {
+        "version": 1, "registry": _path_value(registry) if which == "registry" else "reg.yml", "subagent": "w",
+        "mode": "routed", "goal": "g", "allowed_tools": ["echo"],
+        **({"instructions": _path_value(instructions)} if which in ("instructions", "all") else {}),
+        "router_profile": {"provider": "replay", "fixture": _path_value(fixture) if which in ("fixture", "all")
+                           else "fixture.jsonl"},
+        "final_profile": {"provider": "replay", "fixture": "fixture.jsonl"},
+        "budget": {"max_iterations": 2, "max_tokens": 100, "max_tool_calls": 1, "timeout_s": 5},
+        **({"supervisor": {"judge": {"profile": {"provider": "replay", "fixture": "fixture.jsonl"},
+                                     "prompt": _path_value(prompt)}, "on_violation": "abort"}}
+           if which in ("prompt", "all") else {}),
+    },
+    hostile_paths, hostile_paths, hostile_paths, hostile_paths,
+    st.sampled_from(["registry", "instructions", "prompt", "fixture", "all"]),
+)
+
+
+def write_paths_base(folder: Path) -> None:
+    """What the path generators name: a folder, a pipe, a fixture (write_base writes the rest)."""
+    import os
+
+    (folder / "sub").mkdir(exist_ok=True)
+    if not (folder / "fifo").exists():
+        os.mkfifo(folder / "fifo")
+    (folder / "fixture.jsonl").write_text(json.dumps({"type": "model_answer", "n": 1, "role": "router", "model": "m",
+                                                      "text": "{}", "input_tokens": 1, "output_tokens": 1}) + "\n")

@@ -150,7 +150,8 @@ class ModelServer:
                     status = reply.status
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", reply.content_type)
+                    if not any(k.lower() == "content-type" for k in reply.headers):
+                        self.send_header("content-type", reply.content_type)
                     self.send_header("content-length", str(len(payload)))
                     if reply.retry_after is not None:
                         self.send_header("retry-after", reply.retry_after)

@@ -69,18 +69,36 @@ MAX_VALUE_DEPTH = 100
 
 
 def value_problem(value: Any, max_depth: int = MAX_VALUE_DEPTH) -> str | None:
-    """Why ``value``, already read, still cannot be a call's arguments or a lane's payload (it
-    nests deeper than ``max_depth``, or holds NaN or an infinity), or None when it can."""
+    """Why ``value``, already read, still cannot be a call's arguments, a lane's payload or
+    anything else a model wrote (it nests deeper than ``max_depth``, holds NaN or an infinity, or
+    text with a lone surrogate, which no JSON writer, hash or schema validator takes), or None
+    when it can. Bounded work: the walk stops at the first problem and never recurses."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, float) and (item != item or item in (float("inf"), float("-inf"))):
             return f"it holds {item!r}, which is not a JSON number"
-        if isinstance(item, (dict, list)):
+        if isinstance(item, str):
+            if not _is_text(item):
+                return _SURROGATE
+        elif isinstance(item, (dict, list)):
             if depth >= max_depth:
                 return f"it nests deeper than {max_depth} levels"
-            stack.extend((sub, depth + 1) for sub in (item.values() if isinstance(item, dict) else item))
+            if isinstance(item, dict):
+                if not all(_is_text(k) for k in item if isinstance(k, str)):
+                    return _SURROGATE
+                stack.extend((sub, depth + 1) for sub in item.values())
+            else:
+                stack.extend((sub, depth + 1) for sub in item)
     return None
+
+
+_SURROGATE = "it holds text with a lone surrogate (\\ud800-\\udfff), which is not Unicode text"
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+def _is_text(text: str) -> bool:
+    return _SURROGATES.search(text) is None
 
 
 def _reason(exc: Exception) -> str:

@@ -216,6 +216,12 @@ class Store:
                  migrations: list[tuple[str, ...]] | None = None):
         folder = Path(folder)
         self.path = folder / "state.db"
+        from ._paths import look_at
+
+        if (looked := look_at(self.path)).kind == "bad":  # a --state-dir no file system takes
+            from ._text import excerpt
+
+            raise UsageError(f"cannot open the state database in {excerpt(str(folder))}: {looked.why}")
         if not create and not self.path.exists():
             raise UsageError(f"no state database at {self.path} (run a plan first, or pass --state-dir)")
         try:

@@ -63,9 +63,11 @@ def main() -> None:
     traceback; anything else is a bug in toolloop, named on one line (exit 70)."""
     import sys
 
+    from .._paths import forget_start_folder
     from ..errors import ConfigError, InternalError, RunError, StateError, UsageError
     from .common import guard_standard_streams
 
+    forget_start_folder()
     guard_standard_streams()
     try:
         if _wants_sarif(sys.argv[1:]):

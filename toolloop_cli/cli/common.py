@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from enum import Enum
-from typing import IO, Any, NoReturn
+from typing import IO, Any, Callable, NoReturn
 
 import typer
 
@@ -54,6 +55,27 @@ def guard_standard_streams() -> None:
     for name, fd, mode in (("stdin", 0, "r"), ("stdout", 1, "w"), ("stderr", 2, "w")):
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, mode, closefd=False))
+
+
+def notice(text: str) -> None:
+    """One line for a person on standard error; safe in a signal handler (one unbuffered write,
+    no locks)."""
+    os.write(2, f"toolloop: {text}\n".encode())
+
+
+def holding_signals(command: Callable[..., Any]) -> Callable[..., Any]:
+    """A command that runs a plan (run, call, resume, replay) takes SIGINT and SIGTERM from its
+    first line to its last (``engine.session.held_signals``): Ctrl-C at any moment ends it with
+    what was committed and the summary, never a traceback or an output cut off half-way."""
+
+    @functools.wraps(command)
+    def holding(*args: Any, **kwargs: Any) -> Any:
+        from ..engine.session import held_signals
+
+        with held_signals(notice):
+            return command(*args, **kwargs)
+
+    return holding
 
 
 def fail(message: str, code: int = 2, hint: str | None = None) -> NoReturn:
@@ -109,11 +131,17 @@ def version() -> str:
 
 
 def require_file(path: Any, what: str) -> None:
-    """Exit 2 with a clear message unless ``path`` is a readable file."""
-    from pathlib import Path
+    """Exit 2 with a clear message unless ``path`` is a file (a path no file system takes, too)."""
+    from .._paths import look_at
+    from .._text import excerpt
 
-    path = Path(path)
-    if path.is_dir():
-        fail(f"{what} is a folder, not a file: {path}", 2)
-    if not path.is_file():
-        fail(f"{what} not found: {path}" if not path.exists() else f"{what} is not a regular file: {path}", 2)
+    looked = look_at(path)
+    shown = excerpt(str(path))
+    if looked.kind == "folder":
+        fail(f"{what} is a folder, not a file: {shown}", 2)
+    if looked.kind == "missing":
+        fail(f"{what} not found: {shown}", 2)
+    if looked.kind == "other":
+        fail(f"{what} is not a regular file: {shown}", 2)
+    if looked.kind == "bad":
+        fail(f"{what} {shown}: {looked.why}", 2)

@@ -76,10 +76,15 @@ def _validate(paths: List[Path], registry: Optional[Path], app_root: Optional[Pa
         raise UsageError("--timeout must be above 0")
     if max_concurrency is not None and max_concurrency < 1:
         raise UsageError(f"-j/--max-concurrency {max_concurrency}: at least one lane must run at a time (use 1 or more)")
-    if registry is not None and not registry.is_file():
-        raise UsageError(f"--registry {registry}: {'a folder, not a file' if registry.is_dir() else 'not found'}")
-    if app_root is not None and not app_root.is_dir():
-        raise UsageError(f"--app-root {app_root} is not a folder")
+    from .._paths import look_at
+    from .._text import excerpt
+
+    if registry is not None and (looked := look_at(registry)).kind != "file":
+        why = {"folder": "a folder, not a file", "missing": "not found"}.get(looked.kind, looked.why)
+        raise UsageError(f"--registry {excerpt(str(registry))}: {why}")
+    if app_root is not None and (looked := look_at(app_root)).kind != "folder":
+        why = looked.why if looked.kind == "bad" else "not a folder"
+        raise UsageError(f"--app-root {excerpt(str(app_root))}: {why}")
     settings = load_settings()
     codes = settings.ignore | (parse_codes(ignore, "--ignore") if ignore is not None else frozenset())
     found = discover(paths)

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import DataFormat, fail, record_writer, resolve_format
+from .common import DataFormat, fail, holding_signals, record_writer, resolve_format
 
 STATE_DIR_HELP = "Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."
 
@@ -19,6 +19,7 @@ def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported la
     return Store(pick(str(state_dir) if state_dir else None), create=False)
 
 
+@holding_signals
 def replay(
     run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id of a routed run (a unique prefix is enough)."),
     offline: bool = typer.Option(False, "--offline", help="Take every tool result from the recording: run no tool and no model."),

@@ -11,7 +11,8 @@ from typing import IO, Any, List, Optional
 
 import typer
 
-from .common import DataFormat, err_console, fail, print_findings, record_writer, resolve_format, require_file
+from .common import (DataFormat, err_console, fail, holding_signals, notice, print_findings, record_writer,
+                     resolve_format, require_file)
 
 
 def private_stdout() -> IO[bytes]:
@@ -91,6 +92,7 @@ def quiet_broken_pipe() -> None:
     os.dup2(devnull, 1)
 
 
+@holding_signals
 def run(
     plan: Path = typer.Argument(..., metavar="PLAN", help="Plan YAML file."),
     registry: Optional[Path] = typer.Option(None, "--registry", metavar="FILE", help="Registry file (overrides the plan's)."),
@@ -220,10 +222,6 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     from ..engine.run import RunOptions, execute_plan
     from .run_checks import progress_wanted
 
-    def notice(text: str) -> None:
-        # may run inside a signal handler: one unbuffered write, no locks
-        os.write(2, f"toolloop: {text}\n".encode())
-
     if store is None:
         store = _open_store(state_dir)
     out = Output(format)
@@ -308,6 +306,7 @@ def _execute(admitted: Any, format: DataFormat, policy: Any, timeout: Optional[f
     raise typer.Exit(result.exit_code)
 
 
+@holding_signals
 def call(
     registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry YAML file."),
     subagent: str = typer.Argument(..., metavar="SUBAGENT", help="Subagent id."),
@@ -341,5 +340,11 @@ def call(
         print_findings(exc.problems)
         write_rejected_summary(format, None, started, mode="sequential")
         raise typer.Exit(3)
+    from ..engine.session import new_run_id
+
+    run_id = new_run_id()
+    # said before the call runs: a call that hangs, pauses or is interrupted is found by this id
+    sys.stderr.write(f"toolloop: run {run_id}\n")
+    sys.stderr.flush()
     _execute(admitted, format, None, timeout, no_cache, False, state_dir, None, 16 * 1024 * 1024,
-             approve=approve.value)
+             approve=approve.value, run_id=run_id)

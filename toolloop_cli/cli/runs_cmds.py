@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from .common import DataFormat, fail, print_findings, record_writer, resolve_format
+from .common import DataFormat, fail, holding_signals, print_findings, record_writer, resolve_format
 from .run_cmds import EXECUTOR_HELP, RAY_ADDRESS_HELP, Placement
 
 runs_app = typer.Typer(help="List journaled runs and show their receipts.", no_args_is_help=True)
@@ -22,6 +22,7 @@ def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported la
     return Store(pick(str(state_dir) if state_dir else None), create=False)
 
 
+@holding_signals
 def resume(
     run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id (a unique prefix is enough)."),
     retry_failed: bool = typer.Option(False, "--retry-failed", help="Also re-run error, timeout and invalid_output calls and those skipped after them."),

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from .._canonical import sha256_of
+from .._paths import look_at
 from .._text import clip, excerpt, listing, quoted
 from . import schemas
 from .approval import compile_approval
@@ -235,22 +236,16 @@ def _salvage(data: dict, broken: list[tuple], partial: _Partial) -> RegistryDecl
 def _root_for(decl: RegistryDecl, path: FsPath, col: Collector, override: str | None) -> str | None:
     """The folder put first on sys.path, or None (with a finding) when it is not a folder."""
     base = path.resolve().parent
-    try:
-        if override is not None:
-            root = FsPath(override).resolve()
-        elif decl.app_root is not None:
-            root = (base / decl.app_root).resolve()
-        else:
-            root = base
-        is_dir = root.is_dir()
-    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-        root, is_dir = FsPath(override if override is not None else decl.app_root or base), False
-    if not is_dir:
+    root = FsPath(override) if override is not None else base / decl.app_root if decl.app_root is not None else base
+    looked = look_at(root)
+    if looked.kind != "folder":
         given = "--app-root" if override is not None else "app_root"
-        col.add("TL312", f"{given} {quoted(str(root))} is not a folder, so no callable can be resolved", ("app_root",),
+        shown = override if override is not None else decl.app_root or str(base)
+        why = f": {looked.why}" if looked.kind == "bad" else ""
+        col.add("TL312", f"{given} {quoted(shown)} is not a folder, so no callable can be resolved{why}", ("app_root",),
                 "point app_root (relative to the registry file) at the folder holding the App package")
         return None
-    return str(root)
+    return str(root.resolve())
 
 
 def _compile(
@@ -446,8 +441,13 @@ def _compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, s
     itself is admitted with the plan that calls it, which also sets the tool's effect (the
     strongest among the child's tools) unless the registry declares one."""
     at = ("subagents", sid, "tools", tid)
+    looked = look_at(registry_path.parent / t.plan)  # type: ignore[operator]
+    if looked.kind == "bad":
+        col.add("TL315", f"plan tool {quoted(tid)}: {quoted(str(t.plan))} is not a readable plan file: {looked.why}",
+                at + ("plan",), "fix the path (relative to the registry file) to a routed plan")
+        return None
     child = (registry_path.parent / t.plan).resolve()  # type: ignore[operator]
-    doc = load_document(child) if child.is_file() else None
+    doc = load_document(child) if looked.kind == "file" else None
     data = doc.data if doc is not None and isinstance(doc.data, dict) else None
     if data is None:
         col.add("TL315", f"plan tool {quoted(tid)}: {quoted(str(t.plan))} is not a readable plan file", at + ("plan",),

@@ -199,13 +199,55 @@ def _regex_problem(regex: str) -> str | None:
 
 
 def compile_validator(schema: Any, mask: bool) -> Any:
-    """A fast validator (jsonschema-rs) that never retrieves anything."""
+    """A fast validator (jsonschema-rs) that never retrieves anything, bounded as below."""
     import jsonschema_rs
 
     kwargs: dict[str, Any] = {"offline": True}
     if mask:
         kwargs["mask"] = REDACTED
-    return jsonschema_rs.validator_for(schema, **kwargs)
+    return BoundedValidator(jsonschema_rs.validator_for(schema, **kwargs))
+
+
+class InstanceProblem:
+    """An error about the whole instance, shaped as jsonschema-rs's errors are."""
+
+    __slots__ = ("message",)
+    instance_path: tuple = ()
+    instance = None
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+class BoundedValidator:
+    """A compiled validator that answers for every value, wherever it came from (a model, an
+    App's ``dispatch()``, an approver's edit, a tool's result): jsonschema-rs cannot read text with
+    a lone surrogate and stops with an error past 255 levels of nesting. Such a value is not
+    valid, and its one error says why (``value_problem``: the bound every call's arguments have),
+    instead of an exception no caller expects. Valid values cost nothing extra."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+
+    def is_valid(self, instance: Any) -> bool:
+        try:
+            return bool(self._inner.is_valid(instance))
+        except ValueError:  # UnicodeEncodeError (a lone surrogate) included
+            return False
+
+    def iter_errors(self, instance: Any) -> Iterator[Any]:
+        from .._json import value_problem
+
+        why = value_problem(instance)
+        if why is not None:
+            yield InstanceProblem(f"the value cannot be checked: {why}")
+            return
+        try:
+            yield from self._inner.iter_errors(instance)
+        except ValueError as exc:  # not JSON at all: a key that is not text, an object of a class
+            yield InstanceProblem(f"the value cannot be checked: it is not JSON ({clip_quoting(str(exc), '')})")
 
 
 def schema_errors(validator: Any, instance: Any, limit: int = 10) -> list[str]:

@@ -7,6 +7,7 @@ bounded before anything is built, so an alias bomb is refused at once.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -25,7 +26,18 @@ MAX_ALIAS_GROWTH = 250_000
 #: every later check can walk the data without running out of stack.
 MAX_DEPTH = 100
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_SafeLoader):  # type: ignore[misc,valid-type]
+    """The safe loader, reading numbers as YAML 1.2 (and JSON) do: YAML 1.1's float pattern needs
+    a dot and a signed exponent, so ``3e1``, ``1e-5``, ``1.5e3`` and ``-.5`` would be text."""
+
+
+#: YAML 1.2's core-schema floats (a dot, an exponent or both); YAML 1.1's forms stay as they were
+_FLOAT_12 = re.compile(r"^[-+]?(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|[0-9]+\.[0-9]*(?:[eE][-+]?[0-9]+)?"
+                       r"|[0-9]+[eE][-+]?[0-9]+)$")
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
 _STR = "tag:yaml.org,2002:str"
 _MAP = "tag:yaml.org,2002:map"
 _SEQ = "tag:yaml.org,2002:seq"
@@ -42,11 +54,13 @@ _SCALAR_TAGS = {
 
 @dataclass
 class SourceMap:
-    """Positions (1-based line and column) of every value and every mapping key, by data path."""
+    """Positions (1-based line and column) of every value and every mapping key, by data path,
+    and which values were written in quotes (a message may then say to remove them)."""
 
     file: str
     values: dict[Path, tuple[int, int]] = field(default_factory=dict)
     keys: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    quoted: set[Path] = field(default_factory=set)
 
     def position(self, path: Path, at_key: bool = False) -> tuple[int, int]:
         """The place of ``path``, or of its nearest ancestor that has one."""
@@ -248,6 +262,8 @@ class _Builder:
                 out.setdefault(k, v)
 
     def _scalar(self, node: yaml.ScalarNode, path: Path) -> Any:
+        if node.style in ("'", '"'):
+            self.smap.quoted.add(path)
         if node.tag == _STR:
             return node.value
         if node.tag == "tag:yaml.org,2002:timestamp":

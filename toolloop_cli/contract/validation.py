@@ -132,12 +132,12 @@ def report_model_errors(exc: ValidationError, model: type[BaseModel], col: Colle
             if loc in seen:
                 continue  # one message per place is enough (unions report each branch)
             seen.add(loc)
-            message, hint = _type_message(err, model, loc)
+            message, hint = _type_message(err, model, loc, quoted_in_source=loc in col.smap.quoted)
             col.add("TL203", message, loc, hint)
     return broken
 
 
-def _type_message(err: dict, model: type[BaseModel], loc: tuple) -> tuple[str, str]:
+def _type_message(err: dict, model: type[BaseModel], loc: tuple, quoted_in_source: bool = False) -> tuple[str, str]:
     kind = err["type"]
     ctx = err.get("ctx") or {}
     found = _found(err.get("input"))
@@ -155,7 +155,7 @@ def _type_message(err: dict, model: type[BaseModel], loc: tuple) -> tuple[str, s
         return (f"{where} must be one of {expected}, found {found}",
                 f"did you mean {quoted(near)}?" if near else f"write one of {expected}")
     if kind in _EXPECTED:
-        return f"{where} must be {_EXPECTED[kind]}, found {found}", _type_hint(kind)
+        return f"{where} must be {_EXPECTED[kind]}, found {found}", _type_hint(kind, quoted_in_source)
     if kind.startswith(("greater_than", "less_than")):
         return f"{where}: {err['msg'].replace('Input should be', 'must be')}, found {found}", "use a number in range"
     if kind == "too_short":
@@ -168,11 +168,15 @@ def _type_message(err: dict, model: type[BaseModel], loc: tuple) -> tuple[str, s
     return f"{where}: {msg}", ""
 
 
-def _type_hint(kind: str) -> str:
+def _type_hint(kind: str, quoted_in_source: bool) -> str:
+    """How to fix a value of the wrong type; quotes are named only where the file has them."""
     if kind == "string_type":
         return "quote the value or write text"
     if kind in ("int_type", "int_from_float", "float_type"):
-        return "write a number, without quotes"
+        whole = kind != "float_type"
+        if quoted_in_source:
+            return "write the number without quotes"
+        return "write a whole number, e.g. 30" if whole else "write a number, e.g. 30 or 1.5"
     if kind == "bool_type":
         return "write true or false"
     if kind == "list_type":

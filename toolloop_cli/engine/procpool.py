@@ -185,6 +185,9 @@ def worker_main() -> None:
     # the parent decides what stops (it sends TERM); a worker has its own session, so a terminal's
     # Ctrl-C does not reach it, and a SIGINT sent to it anyway is ignored
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from toolloop_cli._paths import forget_start_folder
+
+    forget_start_folder()  # callables resolve as in the parent: from app_root, not the current folder
     try:
         _serve(requests, replies)
     except OSError:

@@ -148,6 +148,8 @@ class RoutedRunner:
             with trio.CancelScope(deadline=self.deadline) as scope:
                 self._scope = scope
                 session.state.in_flight.add(scope)  # a signal cancels the loop
+                if session.state.interrupted:  # one came while the run started: no model is asked
+                    scope.cancel()
                 try:
                     outcome, final, why = await self._loop()
                 finally:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._text import excerpt, listing, quoted
+from .._text import listing, quoted
 from ..contract.problems import Problem
 from .discover import Target
 
@@ -151,13 +151,14 @@ class Checker:
         self._admit(path, decl, col, contract, reg_path, set())
 
     def _found(self, reg_path: str, col: Any) -> bool:
-        try:
-            found = Path(reg_path).is_file()
-        except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-            found = False
+        from .._paths import look_at
+        from ..plan.admit import registry_missing
+
+        looked = look_at(reg_path)
+        found = looked.kind == "file"
         if not found:
             given = "--registry" if self.flags.registry is not None else "registry"
-            col.add("TL412", f"registry not found: {excerpt(reg_path)}", ("registry",) if given == "registry" else (),
+            col.add("TL412", registry_missing(reg_path, looked), ("registry",) if given == "registry" else (),
                     "fix the path (relative to the plan file) or pass --registry")
         return found
 

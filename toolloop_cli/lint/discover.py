@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .._paths import look_at
+from .._text import excerpt
 from ..contract.problems import Problem
 from ..errors import UsageError
 
@@ -102,7 +104,8 @@ def discover(paths: list[Path]) -> Discovery:
     found = Discovery()
     seen: set[Path] = set()
     for path in paths:
-        if path.is_dir():
+        looked = look_at(path)
+        if looked.kind == "folder":
             before = len(found.targets)
             for file in _walk(path):
                 keys, _ = _top_keys(file)
@@ -114,12 +117,14 @@ def discover(paths: list[Path]) -> Discovery:
                                                         for t in found.targets):
                 raise UsageError(f"folder {path} holds no registry or plan (*.yml or *.yaml files with 'version:'"
                                  " and 'subagents:', or 'mode:' and 'subagent:')")
-        elif path.is_file():
+        elif looked.kind == "file":
             if path.resolve() not in seen:
                 seen.add(path.resolve())
                 _named(path, found)
-        elif path.exists():
-            raise UsageError(f"not a regular file or folder: {path}")
+        elif looked.kind == "other":
+            raise UsageError(f"not a regular file or folder: {excerpt(str(path))}")
+        elif looked.kind == "bad":
+            raise UsageError(f"{excerpt(str(path))}: {looked.why}")
         else:
-            raise UsageError(f"not found: {path}")
+            raise UsageError(f"not found: {excerpt(str(path))}")
     return found

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from .._canonical import sha256_of
 from .._json import value_problem
+from .._paths import Looked, look_at
 from .._text import excerpt, listing, quoted
 from ..contract.compiled import Contract, SubagentSpec, ToolSpec
 from ..contract.problems import Collector, Problem, did_you_mean, not_a
@@ -121,6 +122,15 @@ def registry_path_for(plan_path: str | os.PathLike, decl: PlanDecl, override: st
     if decl.registry is None:
         return None
     return str((FsPath(plan_path).parent / decl.registry))
+
+
+def registry_missing(reg_path: str, looked: Looked) -> str:
+    """The TL412 message for a registry path that names no file."""
+    if looked.kind == "bad":
+        return f"registry {excerpt(reg_path)} cannot be read: {looked.why}"
+    if looked.kind == "folder":
+        return f"registry {excerpt(reg_path)} is a folder, not a file"
+    return f"registry not found: {excerpt(reg_path)}"
 
 
 class _Admitter:
@@ -267,12 +277,9 @@ def admit_plan(
     if reg_path is None:
         col.add("TL412", "the plan names no registry", (), "add 'registry: path/to/registry.yml' or pass --registry")
         raise ConfigError(col.problems)
-    try:
-        found = FsPath(reg_path).is_file()
-    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
-        found = False
-    if not found:
-        col.add("TL412", f"registry not found: {excerpt(reg_path)}", ("registry",), "fix the path (relative to the plan file) or pass --registry")
+    looked = look_at(reg_path)
+    if looked.kind != "file":
+        col.add("TL412", registry_missing(reg_path, looked), ("registry",), "fix the path (relative to the plan file) or pass --registry")
         raise ConfigError(col.problems)
     contract, reg_problems = load_registry(reg_path, default_timeout_s=default_timeout_s, app_root=app_root)
     if contract is None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any, Callable, Mapping
 
+from .._paths import look_at
 from .._text import clip, listing, quoted
 from ..contract.compiled import Contract, SubagentSpec
 from ..contract.problems import Collector, Problem, did_you_mean
@@ -182,6 +183,10 @@ class _Checker:
 
         if path in self.fixtures:
             return True
+        if (looked := look_at(path)).kind in ("bad", "other"):  # no name, or a device or pipe: never read
+            self.add("TL416", f"fixture file cannot be read, {looked.why}: {quoted(given)}", at,
+                     "the path is relative to the plan's folder; export one with 'toolloop runs export RUN_ID'")
+            return False
         try:
             self.fixtures[path] = read_fixture(path)
         except FixtureError as exc:
@@ -197,6 +202,10 @@ class _Checker:
     # -- files ------------------------------------------------------------------------------
 
     def app_file(self, given: str, what: str, at: tuple) -> str | None:
+        if (looked := look_at(self.resolve(given))).kind in ("bad", "other"):  # a device or pipe: never read
+            self.add("TL416", f"{what} file cannot be read, {looked.why}: {quoted(given)}", at,
+                     "the path is relative to the plan's folder; a file the plan names must exist and not be empty")
+            return None
         try:
             return read_app_file(self.resolve(given), what)
         except PromptError as exc:
