@@ -36,7 +36,7 @@ class ApprovalRecord(_Record):
 
 
 class SandboxApplied(_Record):
-    """The sandbox a call ran in (``bwrap``)."""
+    """The sandbox a call ran in, made with bwrap."""
 
     kind: Literal["bwrap"]
     network: Literal["none", "host"]
@@ -45,7 +45,7 @@ class SandboxApplied(_Record):
 
 
 class NoSandbox(_Record):
-    """A ``required: false`` tool whose sandbox could not be made: its calls ran unconfined."""
+    """A tool with sandbox.required false whose sandbox could not be made: its calls ran unconfined."""
 
     kind: Literal["none"]
     reason: str
