@@ -78,14 +78,20 @@ def find_bwrap() -> tuple[str | None, str | None]:
 
 
 _PROBED: dict[str, str | None] = {}
+_FOUND: dict[tuple[str | None, str | None], tuple[str | None, str | None]] = {}
 
 
 def availability() -> tuple[str | None, str | None]:
     """``(bwrap, None)`` when a sandbox can be made here, else ``(None, why)``. The probe runs once
-    per bwrap program and process."""
+    per bwrap program and process; the answer is asked for on every call and every receipt of a
+    sandboxed tool, so the lookup is kept too (per BWRAP_ENV and PATH)."""
     if not sys.platform.startswith("linux"):
         return None, "sandboxes are made with Linux namespaces, and this is not Linux"
-    bwrap, why = find_bwrap()
+    where = (os.environ.get(BWRAP_ENV), os.environ.get("PATH"))
+    found = _FOUND.get(where)
+    if found is None:
+        found = _FOUND[where] = find_bwrap()
+    bwrap, why = found
     if bwrap is None:
         return None, why
     if bwrap not in _PROBED:
