@@ -455,3 +455,14 @@ def test_a_sandboxed_run_through_the_command_line(cli, tmp_path):
     assert [r["result"] for r in receipts] == ["written", "refused: Read-only file system"]
     assert (root / "out" / "in").exists() and not (root / "not-in").exists()
     assert receipts[0]["isolation"] == {"kind": "bwrap", "network": "none", "writable": ["out"], "env": []}
+
+
+def test_a_writable_folder_removed_after_admission_fails_the_call(app_root):
+    (app_root / "gone").mkdir()
+    plan = admit_plan(files(app_root, app_root, {"w": sandboxed("write", writable=["out", "gone"])},
+                            [{"tool": "w", "args": {"path": str(app_root / "out" / "ran")}}]))
+    (app_root / "gone").rmdir()
+    got, _, _ = run_plan(plan, mock=False)
+    assert got[0]["status"] == "error" and got[0]["error"]["kind"] == "worker_died"
+    assert "bwrap may not have made the sandbox" in got[0]["error"]["message"]
+    assert not _tool_ran(app_root)

@@ -3,8 +3,8 @@ checked and compiled, whether this machine can make a sandbox at all, and what a
 applied.
 
 Whether a sandbox can be made is found out by making one, once per process: ``bwrap``
-(bubblewrap) runs the Python interpreter with the same namespaces, mounts and dropped
-capabilities a sandboxed worker gets (``bwrap_args``). A missing ``bwrap``, a kernel that refuses
+(bubblewrap) runs ``true`` with the same namespaces, mounts and dropped capabilities a
+sandboxed worker gets (``bwrap_args``). A missing ``bwrap``, a kernel that refuses
 user namespaces or a container that forbids mounts all fail that probe, and the reason is kept:
 admission refuses a plan that needs the sandbox with it, receipts of a ``required: false`` tool
 carry it as ``{kind: "none", reason}``. The probe's answer is the one the executor acts on, so a
@@ -103,7 +103,10 @@ def availability() -> tuple[str | None, str | None]:
 def _probe(bwrap: str) -> str | None:
     import subprocess
 
-    argv = bwrap_args(bwrap, "none") + ["--", sys.executable, "-S", "-c", ""]
+    # a program outside /tmp (an interpreter in a folder under /tmp is hidden until the worker's
+    # own mounts bind it back), from a folder that exists in every sandbox
+    program = [shutil.which("true") or "/bin/true"]
+    argv = bwrap_args(bwrap, "none") + ["--chdir", "/", "--", *program]
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               env={"PATH": os.environ.get("PATH", os.defpath)}, timeout=PROBE_LIMIT_S)

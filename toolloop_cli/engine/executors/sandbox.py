@@ -78,6 +78,22 @@ class SandboxedWorker(Worker):
     def __init__(self, proc: Any, app_root: str, pidfd: int | None):
         super().__init__(proc, app_root)
         self.pidfd = pidfd
+        self.answered = False  # a reply came: the sandbox was made
+
+    async def _read_exact(self, n: int) -> bytes:
+        from ..procpool import WorkerFailure
+
+        try:
+            data = await super()._read_exact(n)
+        except WorkerFailure as exc:
+            if self.answered:
+                raise
+            # bwrap makes the mounts after it started: a writable folder removed since the
+            # registry was checked ends it here, before the worker ever answered
+            raise WorkerFailure(exc.kind, f"{exc}; bwrap may not have made the sandbox (its message is on"
+                                          " standard error)") from None
+        self.answered = True
+        return data
 
     async def stop(self, grace: float | None = None) -> None:
         import trio
@@ -140,6 +156,7 @@ class BwrapLauncher:
 
         read_end, write_end = os.pipe()
         info_stream = trio.lowlevel.FdStream(read_end)
+        proc = None
         try:
             try:
                 proc = await trio.lowlevel.open_process(
@@ -153,13 +170,18 @@ class BwrapLauncher:
             with trio.move_on_after(START_LIMIT_S):
                 while chunk := await info_stream.receive_some():
                     info += chunk
+            pid = _first_pid(info)
+        except BaseException:  # cancelled while bwrap starts: nothing is left behind
+            if proc is not None:
+                with trio.CancelScope(shield=True):
+                    await Worker(proc, app_root).stop()
+            raise
         finally:
-            await info_stream.aclose()
-        pid = _first_pid(info)
-        if pid is None:  # bwrap said why on standard error
-            worker = Worker(proc, app_root)
             with trio.CancelScope(shield=True):
-                await worker.stop()
+                await info_stream.aclose()
+        if pid is None:  # bwrap said why on standard error
+            with trio.CancelScope(shield=True):
+                await Worker(proc, app_root).stop()
             raise OSError(f"bwrap could not make the sandbox (exit code {proc.returncode}); its message is on"
                           " standard error")
         try:
