@@ -466,3 +466,21 @@ def test_a_writable_folder_removed_after_admission_fails_the_call(app_root):
     assert got[0]["status"] == "error" and got[0]["error"]["kind"] == "worker_died"
     assert "bwrap may not have made the sandbox" in got[0]["error"]["message"]
     assert not _tool_ran(app_root)
+
+
+def test_an_mcp_tool_cannot_ask_for_a_sandbox(app_root):
+    reg = write(app_root / "reg.yml", json.dumps({"version": 1, "app_root": str(app_root), "subagents": {"s": {
+        "runner_defaults": {"tool_timeout_s": 5}, "tools": {
+            "clock": {"mcp": {"command": ["mcp-server-time"], "allow": ["get_current_time"]}, "effect": "read",
+                      "isolation": "sandbox"}}}}}))
+    contract, problems = load_registry(reg)
+    assert contract is None
+    [p] = [p for p in problems if p.level == "error"]
+    assert p.code == "TL318" and "tool 'clock' is an MCP tool" in p.message
+
+
+def test_the_module_is_imported_in_the_sandbox_before_the_deadline_starts(app_root):
+    (app_root / "slowsbx.py").write_text("import time\ntime.sleep(1.5)\n\ndef quick():\n    return 'done'\n")
+    got = run(app_root, {"q": {**sandboxed("write", timeout_s=1), "callable": "slowsbx:quick"}},
+              [{"tool": "q", "args": {}}])
+    assert (got[0]["status"], got[0]["result"]) == ("ok", "done")
