@@ -436,6 +436,10 @@ def test_ray_cannot_give_a_sandbox(app_root, cli, tmp_path):
     [p] = exc.value.problems
     assert p.code == "TL423" and "--executor ray cannot give" in p.message and "--executor local" in p.hint
     admit_plan(plan)  # the same plan runs locally
+    from toolloop_cli.engine.executors import kind_of
+
+    contract, _ = load_registry(tmp_path / "reg.yml")
+    assert kind_of(contract.subagents["s"].tools["w"], "ray") == "sandbox"  # never sent to Ray unconfined
     proc = cli("run", str(plan), "--executor", "ray", "--format", "jsonl")
     assert proc.returncode == 3 and "TL423" in proc.stderr.decode()
 
