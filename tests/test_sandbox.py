@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -298,6 +299,17 @@ def test_at_the_timeout_everything_the_tool_started_is_gone(app_root, isolation)
             os.kill(pid, signal.SIGKILL)
 
 
+def test_a_long_call_outlives_the_thread_that_started_its_worker(app_root, monkeypatch):
+    """The parent-death signal bwrap arms follows the thread that started it, and trio retires
+    idle worker threads (after 10 s; sooner here): the sandbox must not go with such a thread."""
+    import trio._core._thread_cache as thread_cache
+
+    monkeypatch.setattr(thread_cache, "IDLE_TIMEOUT", 0.1)
+    (app_root / "napsbx.py").write_text("import time\n\ndef nap(seconds):\n    time.sleep(seconds)\n    return 'woke'\n")
+    got = run(app_root, {"n": {**sandboxed("write"), "callable": "napsbx:nap"}}, [{"tool": "n", "args": {"seconds": 3}}])
+    assert (got[0]["status"], got[0]["result"]) == ("ok", "woke"), got[0]["error"]
+
+
 def test_the_sandbox_dies_with_toolloop(tmp_path):
     """toolloop killed outright (no cleanup of its own): the sandbox, and what the tool started in
     it, end with it. The App root is under /tmp here, so it is bound back into the private /tmp."""
@@ -328,8 +340,12 @@ def test_the_sandbox_dies_with_toolloop(tmp_path):
         pidfds = [os.pidfd_open(pid) for pid in set(inside)]
         proc.kill()
         proc.wait()
-        left, _, _ = select.select(pidfds, [], [], 60)
-        assert len(left) == len(pidfds), "a sandbox process outlived toolloop"
+        waiting = set(pidfds)  # each descriptor turns readable when its process has ended
+        deadline = time.monotonic() + 60
+        while waiting and time.monotonic() < deadline:
+            ended, _, _ = select.select(list(waiting), [], [], max(0.0, deadline - time.monotonic()))
+            waiting -= set(ended)
+        assert not waiting, "a sandbox process outlived toolloop"
         assert with_token(token) == []
     finally:
         proc.kill()

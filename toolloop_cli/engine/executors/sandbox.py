@@ -150,8 +150,6 @@ class BwrapLauncher:
                        _PACKAGE_PARENT, "PATH", "HOME", *self.sandbox.env]
 
     async def start(self, app_root: str) -> Worker:
-        import subprocess
-
         import trio
 
         read_end, write_end = os.pipe()
@@ -159,11 +157,7 @@ class BwrapLauncher:
         proc = None
         try:
             try:
-                proc = await trio.lowlevel.open_process(
-                    self.argv(app_root, write_end), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                    env=self.environment(), pass_fds=(write_end,),
-                    start_new_session=True,  # a group of its own, as a plain worker's
-                )
+                proc = _Process.start(self.argv(app_root, write_end), self.environment(), write_end)
             finally:
                 os.close(write_end)
             info = b""
@@ -189,6 +183,58 @@ class BwrapLauncher:
         except ProcessLookupError:
             pidfd = None  # it ended already: the worker's pipes say so at the first request
         return SandboxedWorker(proc, app_root, pidfd)
+
+
+class _Process:
+    """bwrap, started from the event loop's own thread, with what ``procpool.Worker`` uses of a
+    process (``pid``, ``returncode``, ``stdin``, ``stdout``, ``wait()``).
+
+    trio starts processes from a worker thread, and the parent-death signal that
+    ``--die-with-parent`` arms follows the *thread* that started the process: trio retires idle
+    threads after a few seconds, and the sandbox would be killed then, in the middle of a call.
+    The event loop's thread lives as long as the run, and a killed toolloop takes it along."""
+
+    def __init__(self, popen: Any, stdin: Any, stdout: Any):
+        self.popen = popen
+        self.pid = popen.pid
+        self.stdin = stdin
+        self.stdout = stdout
+
+    @classmethod
+    def start(cls, argv: list[str], env: dict[str, str], info_fd: int) -> _Process:
+        import subprocess
+
+        import trio
+
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        try:
+            # blocks the loop for the fork and exec of bwrap only (a few milliseconds, once per worker)
+            popen = subprocess.Popen(argv, stdin=in_r, stdout=out_w, env=env, pass_fds=(info_fd,),
+                                     start_new_session=True)  # a group of its own, as a plain worker's
+        except BaseException:
+            for fd in (in_w, out_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(in_r)
+            os.close(out_w)
+        return cls(popen, trio.lowlevel.FdStream(in_w), trio.lowlevel.FdStream(out_r))
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()  # type: ignore[no-any-return]
+
+    async def wait(self) -> int:
+        import trio
+
+        if self.popen.poll() is None:
+            pidfd = os.pidfd_open(self.pid)  # our own child, not reaped yet: no other process has its pid
+            try:
+                await trio.lowlevel.wait_readable(pidfd)
+            finally:
+                os.close(pidfd)
+        return self.popen.wait()  # type: ignore[no-any-return]
 
 
 def _first_pid(info: bytes) -> int | None:
