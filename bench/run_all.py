@@ -14,6 +14,8 @@ same Python, alternating, so drift on a busy machine hits both alike; medians ar
   start-up        a one-call sequential plan against `python -c 'import trio, sqlite3, json'`
   validate        `toolloop validate` of a 500-tool registry against loading it with the YAML C loader
   routed loop     own time per turn of a 20-turn routed run (bench_routed.py), absolute
+  sandbox         per-call cost of isolation: sandbox against isolation: process on warm workers
+                  (bench_sandbox.py; needs bwrap), the first call of a run in the note
 
 Usage: python bench/run_all.py [--quick] [--only NAME ...] [--rss-lanes 1000000]
 """
@@ -265,6 +267,20 @@ class Bench:
         return Row("routed loop's own time per turn, 20 turns (absolute)", own, got["bare_ms"], None,
                    "<= 2 ms", "<= 0.5 ms", own <= 2, "ms per turn; the baseline is a bare httpx loop's own time")
 
+    def sandbox(self) -> Row:
+        name = "per-call cost, isolation: sandbox / isolation: process, warm worker"
+        proc = subprocess.run([sys.executable, str(HERE / "bench_sandbox.py"), "--json",
+                               "--cold", str(self.opts.starts)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+        if proc.returncode != 0:  # no bwrap here: say so, and measure the rest
+            why = (proc.stderr.decode().strip().splitlines() or ["bench_sandbox.py failed"])[-1]
+            return Row(name, None, None, None, "<= 1.5x", "<= 1.1x", None, f"not measured: {why}")  # type: ignore[arg-type]
+        got = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+        ratio = got["warm_ratio"]
+        return Row(name, got["warm_sandbox_us"], got["warm_process_us"], ratio, "<= 1.5x", "<= 1.1x", ratio <= 1.5,
+                   f"us per call; first call of a run {got['cold_sandbox_ms']:.0f} ms against"
+                   f" {got['cold_process_ms']:.0f} ms ({got['cold_ratio']:.2f}x)")
+
 
 def write_big_registry(path: Path, folder: Path, n: int) -> None:
     """A registry of ``n`` sync tools, each with input and output schemas, an App module holding them."""
@@ -295,7 +311,7 @@ def write_big_registry(path: Path, folder: Path, n: int) -> None:
     path.write_text("".join(out))
 
 
-FIGURES = ("async", "thread", "fanout", "rss", "startup", "validate", "routed")
+FIGURES = ("async", "thread", "fanout", "rss", "startup", "validate", "routed", "sandbox")
 
 
 def fmt(v: float | None) -> str:
@@ -329,7 +345,7 @@ def main() -> None:
         steps = {"async": lambda: bench.per_call("noop_async", "async"),
                  "thread": lambda: bench.per_call("noop", "thread"),
                  "fanout": bench.fan_out, "rss": bench.rss, "startup": bench.start_up,
-                 "validate": bench.validate, "routed": bench.routed}
+                 "validate": bench.validate, "routed": bench.routed, "sandbox": bench.sandbox}
         for name in FIGURES:
             if name not in wanted:
                 continue
@@ -344,7 +360,7 @@ def main() -> None:
     for r in rows:
         ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
         print(f"{r.name:<78} {fmt(r.measured):>9} {fmt(r.baseline):>9} {ratio:>7} {r.bar:>9} {r.aim:>9}  "
-              f"{'yes' if r.met else 'NO'}")
+              f"{'-' if r.met is None else 'yes' if r.met else 'NO'}")
     if "rss" not in wanted:
         print("(peak RSS streaming 1M lanes: not measured in this run; --only rss measures it)")
 

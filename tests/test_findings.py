@@ -1366,3 +1366,44 @@ def test_mcp_server_whose_schemas_changed_since_the_lock():
     assert "toolloop lock reg.yml" in changed.hint
     plan_path = write("plan.yml", "version: 1\nregistry: reg.yml\nsubagent: w\nmode: sequential\ncalls: []\n")
     assert codes(rejected(plan_path)) == ["TL372"]
+
+
+def _value_at(text: str, needle: str) -> tuple[int, int]:
+    line, col = pos(text, needle)
+    return line, col + needle.index(": ") + 2
+
+
+@covers("TL318", "TL319")
+def test_sandbox_on_what_cannot_be_sandboxed_and_a_sandbox_block_out_of_place(tmp_path):
+    text = tool_registry(extra="isolation: sandbox\n").replace("testapp.tools:echo", "testapp.tools:sleep_async")
+    _, problems = registry(text)
+    found(problems, "TL318", at=_value_at(text, "isolation: sandbox"), message=("sync callables only", "an async callable"),
+          hint=("remove isolation: sandbox",))
+    text = tool_registry(extra="sandbox: {network: host}\n")
+    _, problems = registry(text)
+    found(problems, "TL319", at=pos(text, "sandbox: {"), message=("has a sandbox block but isolation: thread",),
+          hint=("set isolation: sandbox",))
+    text = tool_registry(extra="isolation: sandbox\nsandbox: {env: [HOME, 'A=B']}\n")
+    _, problems = registry(text)
+    assert sorted(p.message.split(", ")[-1] for p in problems if p.code == "TL319") == [
+        "which a sandbox always sets (to the private /tmp)", "which is not a variable name"]
+    write("child.yml", "version: 1\nregistry: reg.yml\nsubagent: w\nmode: routed\n")
+    text = TOOL.format(app=APP, input="{}", output="{}", extra="      agent: {plan: child.yml, isolation: sandbox}\n")
+    _, problems = registry(text)
+    found(problems, "TL318", at=_value_at(text, "isolation: sandbox"), message=("tool 'agent' is a plan tool",))
+
+
+@covers("TL380", "TL423")
+def test_a_sandbox_that_cannot_be_made_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLLOOP_BWRAP", str(tmp_path / "no-bwrap"))
+    text = tool_registry(extra="isolation: sandbox\n")
+    contract, problems = registry(text)
+    found(problems, "TL380", level="warning", at=_value_at(text, "isolation: sandbox"),
+          message=("tool 'echo' asks for a sandbox, and none can be made on this machine",
+                   "TOOLLOOP_BWRAP names", "a plan that uses it is refused"),
+          hint=("apt-get install bubblewrap", "user namespaces", "required: false"))
+    assert contract is not None  # a warning for the registry alone
+    text = "version: 1\nregistry: reg.yml\nsubagent: w\nmode: sequential\ncalls:\n  - {tool: echo, args: {}}\n"
+    found(rejected(write("plan.yml", text)), "TL423", file="plan.yml", at=pos(text, "echo"),
+          message=("tool 'echo' needs a sandbox (isolation: sandbox), and none can be made on this machine",),
+          hint=("apt-get install bubblewrap", "required: false"))

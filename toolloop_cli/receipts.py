@@ -59,6 +59,8 @@ class Receipt:
     duration_ms: float
     approval: dict | None = None  # a gated call's answer: {decision, by, at, args_sha256}
     child_run_id: str | None = None  # the child run of a plan tool
+    #: None for a tool that did not ask for a sandbox, else the sandbox its calls get (SPEC 5.11)
+    isolation: dict | None = None
 
     def as_record(self) -> dict:
         """The JSON Lines record: every SPEC 9 key, in SPEC order."""
@@ -89,6 +91,7 @@ class Receipt:
             "duration_ms": self.duration_ms,
             "approval": self.approval,
             "child_run_id": self.child_run_id,
+            "isolation": self.isolation,
         }
 
     @classmethod

@@ -35,6 +35,22 @@ class ApprovalRecord(_Record):
     args_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
+class SandboxApplied(_Record):
+    """The sandbox a call ran in, made with bwrap."""
+
+    kind: Literal["bwrap"]
+    network: Literal["none", "host"]
+    writable: list[str]
+    env: list[str]
+
+
+class NoSandbox(_Record):
+    """A tool with sandbox.required false whose sandbox could not be made: its calls ran unconfined."""
+
+    kind: Literal["none"]
+    reason: str
+
+
 class ReceiptRecord(_Record):
     """One call's receipt."""
 
@@ -64,6 +80,7 @@ class ReceiptRecord(_Record):
     duration_ms: float = Field(ge=0)
     approval: Optional[ApprovalRecord]
     child_run_id: Optional[str]
+    isolation: Optional[Union[SandboxApplied, NoSandbox]]
 
 
 class Tokens(_Record):

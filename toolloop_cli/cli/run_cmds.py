@@ -167,7 +167,7 @@ def run(
         admitted = admit_plan(
             plan, registry=str(registry) if registry else None, app_root=str(app_root) if app_root else None,
             max_concurrency=max_concurrency, lanes=lanes_stream, lanes_name=lanes or "-",
-            default_timeout_s=timeout, spool=spool, stream=stream,
+            default_timeout_s=timeout, spool=spool, stream=stream, placement=executor.value,
         )
     except ConfigError as exc:
         if spool is not None:

@@ -63,6 +63,7 @@ class ToolSpec:
     #: contract/mcp.py) rather than from the registry
     from_server: frozenset[str] = frozenset()
     source: tuple[str, int, int] = ("", 1, 1)  # where the tool is declared: file, line, column
+    sandbox: Any = None  # contract.sandbox.Sandbox for isolation: sandbox, else None
 
     @property
     def at_most_once(self) -> bool:

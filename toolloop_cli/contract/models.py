@@ -45,6 +45,15 @@ class McpDecl(Closed):
     trusted: StrictBool = False  # take the server's tool annotations as the default effect
 
 
+class SandboxDecl(Closed):
+    """How a tool with ``isolation: sandbox`` is confined (SPEC 5.11)."""
+
+    network: Literal["none", "host"] = "none"
+    writable: list[StrictStr] = []  # folders relative to app_root, which must exist
+    env: list[StrictStr] = []  # variable names let in beside PATH and HOME
+    required: StrictBool = True  # false: run as isolation: process where no sandbox can be made
+
+
 class GraphDecl(Closed):
     status_field: StrictStr
     continue_statuses: list[StrictStr]
@@ -77,7 +86,8 @@ class ToolDecl(Closed):
     cacheable: StrictBool = False
     timeout_s: Optional[PosFloat] = None
     retry: Optional[RetryDecl] = None
-    isolation: Literal["thread", "process"] = "thread"
+    isolation: Literal["thread", "process", "sandbox"] = "thread"
+    sandbox: Optional[SandboxDecl] = None
     concurrency: Optional[ConcurrencyDecl] = None
     max_calls: Optional[Annotated[int, Field(ge=0)]] = None
     effect: Literal["read", "write", "destructive"] = "read"

@@ -43,6 +43,8 @@ CODES: dict[str, str] = {
     "TL315": "a plan tool's file is not a readable plan",
     "TL316": "MCP tool's effect is unknown (untrusted server, no effect in the registry): treated as write",
     "TL317": "mcp block needs exactly one of command or url (env and pass_env go with command, headers_env with url)",
+    "TL318": "isolation: sandbox on a tool that is not a sync callable (an async callable, an MCP or plan tool)",
+    "TL319": "sandbox block without isolation: sandbox, a writable folder missing or outside app_root, or an env entry that is not a variable name",
     "TL320": "schema is not a valid JSON Schema",
     "TL321": "$ref points outside the document",
     "TL322": "$ref does not resolve inside the document",
@@ -58,6 +60,7 @@ CODES: dict[str, str] = {
     "TL370": "registry differs from toolloop.lock",
     "TL371": "toolloop.lock missing or unreadable",
     "TL372": "MCP server's tool schemas changed since toolloop.lock was written",
+    "TL380": "no sandbox can be made on this machine for an isolation: sandbox tool (no bwrap, or namespaces refused)",
     # plan admission
     "TL401": "unknown subagent",
     "TL402": "unknown tool",
@@ -81,6 +84,7 @@ CODES: dict[str, str] = {
     "TL420": "routed plan: supervisor rule or on_violation problem",
     "TL421": "replay fixture line is not a model answer",
     "TL422": "child plan rejected, not routed, carries its own context, or nests past max_depth",
+    "TL423": "plan uses a tool whose sandbox cannot be made (none on this machine, or --executor ray)",
 }
 
 
@@ -115,6 +119,8 @@ FIXES: dict[str, str] = {
     "TL314": "Decorate the coroutine with `toolloop_cli.asyncio_tool` so it runs on asyncio; if the library does run on trio, set `fn.__toolloop_runtime__ = \"trio\"` to say so.",
     "TL316": "Set `effect` (read, write or destructive) on the MCP tool, or `trusted: true` on its `mcp` block to take the server's annotations; until then it runs at most once.",
     "TL317": "Give the `mcp` block exactly one of `command` (stdio, with `env` and `pass_env`) or `url` (Streamable HTTP, with `headers_env`); `pass_env` lists environment variable names, each once and not also in `env`.",
+    "TL318": "Remove `isolation: sandbox` from the tool; only a synchronous `callable` runs in a sandbox (make the callable sync if it must be confined).",
+    "TL319": "Put `sandbox:` only on a tool with `isolation: sandbox`; list in `writable` existing folders below `app_root`, relative to it; list in `env` variable names (PATH and HOME are always set).",
     "TL320": "Fix the schema so it meta-validates against JSON Schema 2020-12; `{}` means open.",
     "TL321": "Replace the remote or file `$ref` with a local one (`#/$defs/...`); nothing is fetched.",
     "TL322": "Define the referenced `$defs` entry, or fix the JSON Pointer in `$ref`.",
@@ -130,6 +136,7 @@ FIXES: dict[str, str] = {
     "TL370": "Review the contract change, then run `toolloop lock REGISTRY` and commit toolloop.lock.",
     "TL371": "Run `toolloop lock REGISTRY` and commit the toolloop.lock it writes beside the registry.",
     "TL372": "Review what the MCP server changed in its tools, then run `toolloop lock REGISTRY` again and commit toolloop.lock.",
+    "TL380": "Install bubblewrap (`apt-get install bubblewrap`) and allow user namespaces (`sysctl kernel.unprivileged_userns_clone=1`; on Ubuntu also `kernel.apparmor_restrict_unprivileged_userns=0`), or set `sandbox: {required: false}` to run the tool as `isolation: process`, unconfined.",
     "TL401": "Use a subagent id defined in the registry.",
     "TL402": "Use a tool id registered under the subagent (see `toolloop tools REGISTRY`).",
     "TL403": "Add the tool to the subagent's `runner_defaults.allowed_tools`, or call an allowed tool.",
@@ -152,6 +159,7 @@ FIXES: dict[str, str] = {
     "TL420": "Give each rule exactly its own fields, set `on_violation`, and a `steer_message` for steer.",
     "TL421": "Use the JSON Lines written by `toolloop runs export RUN_ID` as the fixture.",
     "TL422": "Fix the child plan (its own findings follow), make it `mode: routed` without `context:` (its parent supplies it), or raise the top plan's subagent `runner_defaults.max_depth`.",
+    "TL423": "Make the sandbox possible here (see TL380: install bubblewrap, allow user namespaces), set `sandbox: {required: false}` on the tool, or run with `--executor local` instead of Ray.",
 }
 
 

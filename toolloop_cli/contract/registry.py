@@ -19,6 +19,7 @@ from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec
 from .envelope import compile_envelope
 from .models import RegistryDecl, ToolDecl
 from .problems import Collector, Problem, did_you_mean, json_path, not_a
+from .sandbox import compile_sandbox
 from .source import LoadIssue, SourceMap, YamlRejected, load_yaml
 from .validation import report_model_errors
 
@@ -353,6 +354,7 @@ def _compile_tool(
         col.add("TL310", f"tool {quoted(tid)} has no timeout", at,
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous, runtime = _runtime_of(t, fn, at, col)
+    sandbox = compile_sandbox(tid, t, at, root, col, "callable" if t.mcp is None else "mcp", asynchronous)
     validators = _compile_schemas(t, at, col)
     envelope = None
     if t.control_envelope is not None:
@@ -397,6 +399,7 @@ def _compile_tool(
         runtime=runtime,
         from_server=_from_server(t) | annotated,
         source=(col.smap.file, *col.smap.position(at, at_key=True)),
+        sandbox=sandbox,
     )
 
 
@@ -471,6 +474,7 @@ def _compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, s
             validators[key] = None
     errors_before = sum(p.level == "error" for p in col.problems)
     gate = _compile_gate(tid, t, at, col)
+    compile_sandbox(tid, t, at, None, col, "plan", False)
     if sum(p.level == "error" for p in col.problems) > errors_before:
         return None
     timeout = _timeout_of(t, subagent_timeout, default_timeout_s)

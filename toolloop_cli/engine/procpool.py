@@ -25,7 +25,7 @@ import pickle
 import signal
 import struct
 import sys
-from typing import Any
+from typing import Any, Hashable, Protocol
 
 TERM_GRACE_S = 0.5  # between SIGTERM and SIGKILL
 IMPORT_LIMIT_S = 60.0  # importing a callable's module in a worker, before the call's deadline
@@ -211,6 +211,7 @@ class Worker:
     def __init__(self, proc: Any, app_root: str):
         self.proc = proc
         self.app_root = app_root
+        self.key: Any = app_root  # which idle workers it joins when released (see ProcessPool.acquire)
         self.loaded: set[str] = set()  # callables this worker has imported and resolved
         self._buf = bytearray()
 
@@ -309,45 +310,63 @@ def _kept(worker: Worker, exc: BaseException) -> bool:
     return isinstance(exc, (ToolRaised, WorkerOutputRejected)) and worker.proc.returncode is None
 
 
+class Launcher(Protocol):
+    """Starts workers some other way than a plain ``python -m toolloop_cli.engine.procpool`` (in a
+    sandbox: ``executors/sandbox.py``). Workers of equal ``key`` (and App root) are interchangeable."""
+
+    key: Hashable
+
+    async def start(self, app_root: str) -> Worker:
+        """A started worker; raises OSError when none can be started."""
+
+
+async def _start_plain(app_root: str) -> Worker:
+    import subprocess
+
+    import trio
+
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "toolloop_cli.engine.procpool"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(),
+        start_new_session=True,  # a group of its own: a timeout ends what its callables fork
+    )
+    return Worker(proc, app_root)
+
+
 class ProcessPool:
-    """Warm workers for one ``trio.run``, per App root."""
+    """Warm workers for one ``trio.run``, per App root (and launcher)."""
 
     def __init__(self, grace: float = TERM_GRACE_S):
         self.grace = grace
-        self.idle: dict[str, list[Worker]] = {}
+        self.idle: dict[Any, list[Worker]] = {}
         self.started = 0  # workers spawned (for tests and the benchmark)
         self.closed = False
 
-    async def acquire(self, app_root: str) -> Worker:
-        free = self.idle.get(app_root)
+    async def acquire(self, app_root: str, launcher: Launcher | None = None) -> Worker:
+        key: Any = app_root if launcher is None else (app_root, launcher.key)
+        free = self.idle.get(key)
         while free:
             w = free.pop()
             if w.proc.returncode is None:
                 return w
-        import subprocess
-
-        import trio
-
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "toolloop_cli.engine.procpool"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(),
-            start_new_session=True,  # a group of its own: a timeout ends what its callables fork
-        )
+        worker = await (_start_plain(app_root) if launcher is None else launcher.start(app_root))
+        worker.key = key
         self.started += 1
-        return Worker(proc, app_root)
+        return worker
 
     def release(self, worker: Worker) -> None:
         if self.closed:
             return
-        self.idle.setdefault(worker.app_root, []).append(worker)
+        self.idle.setdefault(worker.key, []).append(worker)
 
-    async def ready(self, app_root: str, ref: str) -> tuple[Worker | None, WorkerFailure | None]:
+    async def ready(self, app_root: str, ref: str,
+                    launcher: Launcher | None = None) -> tuple[Worker | None, WorkerFailure | None]:
         """A worker that has imported ``ref``'s module, or the failure a call of it must report:
         the import's own (``ToolRaised``), ``import_timeout`` past ``IMPORT_LIMIT_S``, or
         ``worker_died``. Raises OSError when no worker can be started."""
         import trio
 
-        worker = await self.acquire(app_root)
+        worker = await self.acquire(app_root, launcher)
         if ref in worker.loaded:
             return worker, None
         limit = IMPORT_LIMIT_S

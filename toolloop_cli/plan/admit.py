@@ -243,6 +243,31 @@ def _usable_tools(decl: PlanDecl, sub: SubagentSpec, more_lanes: bool) -> set[st
     return {c.tool for lane in decl.lanes or [] for c in lane.calls}
 
 
+def _refuse_sandboxes(decl: PlanDecl, sub: SubagentSpec, adm: _Admitter, col: Collector, placement: str,
+                      more_lanes: bool) -> None:
+    """TL423 for each sandboxed tool the plan may call whose sandbox cannot be made (5.11), at
+    its first call in the plan (or the plan's top for routed plans and streamed lanes)."""
+    from ..contract.sandbox import refusal
+
+    used = _usable_tools(decl, sub, True) if more_lanes else set(adm.per_tool)
+    for tid in sorted(used):
+        tool = sub.tools.get(tid)
+        why = refusal(tool, placement) if tool is not None else None
+        if why is not None:
+            col.add("TL423", why[0], _first_call(decl, tid), why[1])
+
+
+def _first_call(decl: PlanDecl, tid: str) -> tuple:
+    for i, c in enumerate(decl.calls or []):
+        if c.tool == tid:
+            return ("calls", i, "tool")
+    for i, lane in enumerate(decl.lanes or []):
+        for j, c in enumerate(lane.calls):
+            if c.tool == tid:
+                return ("lanes", i, "calls", j, "tool")
+    return ("allowed_tools",) if getattr(decl, "allowed_tools", None) else ()
+
+
 def project_payload(tool: ToolSpec, payload: dict) -> dict:
     """The lane payload as this tool's arguments: a closed object schema takes its declared
     top-level properties only; any other schema takes the whole payload."""
@@ -266,10 +291,12 @@ def admit_plan(
     stream: bool = False,
     depth: int = 0,
     max_depth: int | None = None,
+    placement: str = "local",
 ) -> AdmittedPlan:
     """Load a plan and its registry and admit the whole plan; raises ``ConfigError`` listing
     every problem (plan and registry alike) when anything is wrong. ``depth`` is 0 for a top
-    plan and grows for the child plans it runs (``max_depth`` is the top plan's cap)."""
+    plan and grows for the child plans it runs (``max_depth`` is the top plan's cap);
+    ``placement`` is where its calls will run (``local`` or ``ray``)."""
     decl, col = load_plan(path)
     if decl is None:
         raise ConfigError(col.problems)
@@ -288,7 +315,7 @@ def admit_plan(
         decl, col, contract, shown=display_path(path), registry_path=reg_path,
         warnings=[p for p in reg_problems if p.level == "warning"], max_concurrency=max_concurrency,
         lanes=lanes, lanes_name=lanes_name, spool=spool, stream=stream, plan_dir=FsPath(path).parent,
-        depth=depth, max_depth=max_depth,
+        depth=depth, max_depth=max_depth, placement=placement,
     )
 
 
@@ -308,6 +335,7 @@ def admit_declaration(
     plan_dir: str | os.PathLike | None = None,
     depth: int = 0,
     max_depth: int | None = None,
+    placement: str = "local",
 ) -> AdmittedPlan:
     """Admit an already loaded plan declaration against a compiled contract; problems are
     placed through ``col`` (the plan file's, or the command line's for ``toolloop call``)."""
@@ -359,6 +387,7 @@ def admit_declaration(
         routed, other_files = admit_routed(decl, contract, sub, col, plan_dir, child=depth > 0)
         adm.extra.extend(other_files)
     adm.limits(("calls",) if decl.mode == "sequential" else ("lanes",) if decl.lanes is not None else ())
+    _refuse_sandboxes(decl, sub, adm, col, placement, more_lanes=stream or decl.mode == "routed")
     mc = max_concurrency if max_concurrency is not None else decl.max_concurrency
     if decl.mode == "parallel":
         if mc is None:

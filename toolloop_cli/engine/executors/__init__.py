@@ -6,6 +6,7 @@
 | ``asyncio`` | ``asyncio_loop.py`` | asyncio coroutines, on a shared asyncio loop thread | task cancelled |
 | ``thread`` | ``thread.py`` | sync callables, in worker threads (the default) | abandoned |
 | ``process`` | ``process.py`` | sync callables with ``isolation: process`` | worker killed |
+| ``sandbox`` | ``sandbox.py`` | sync callables with ``isolation: sandbox``, in a bwrap sandbox | sandbox killed |
 | ``mcp`` | ``mcp.py`` | tools of MCP servers, over one session per server | request cancelled |
 | ``ray`` | ``ray.py`` | sync and asyncio callables as Ray tasks (``placement="ray"``) | task killed |
 
@@ -52,15 +53,16 @@ PLACEMENTS = ("local", "ray")
 def kind_of(tool: ToolSpec, placement: str = "local") -> str:
     """The executor a tool's calls run on. With ``placement="ray"``, sync and asyncio callables
     go to the cluster; MCP tools, trio callables and tools that dispatch (they call back into
-    the run) stay in this process, and so do child plans (``plan`` tools)."""
-    if placement == "ray" and tool.kind == "callable" and not tool.dispatch and (
+    the run) stay in this process, and so do child plans (``plan`` tools) and sandboxed tools
+    (a Ray worker has no sandbox to give; admission refuses such plans)."""
+    if placement == "ray" and tool.kind == "callable" and not tool.dispatch and tool.sandbox is None and (
             not tool.is_async or tool.runtime == "asyncio"):
         return "ray"
     if tool.kind in ("mcp", "plan"):
         return tool.kind
     if tool.is_async:
         return "asyncio" if tool.runtime == "asyncio" else "trio"
-    return "process" if tool.isolation == "process" else "thread"
+    return tool.isolation if tool.isolation in ("process", "sandbox") else "thread"
 
 
 class Executors:
@@ -116,6 +118,10 @@ class Executors:
             from .process import ProcessExecutor
 
             ex = ProcessExecutor(self.contract.app_root, self.output_cap_bytes)
+        elif kind == "sandbox":
+            from .sandbox import SandboxExecutor
+
+            ex = SandboxExecutor(self.contract.app_root, self.output_cap_bytes)
         elif kind == "plan":
             raise RuntimeError("plan tools run inside a run that installed its child plans (engine/child_plans.py)")
         elif kind == "ray":

@@ -19,13 +19,18 @@ class ProcessExecutor:
         self.app_root = app_root
         self.cap = output_cap_bytes
 
+    def launcher(self, tool: ToolSpec) -> Any:
+        """How the tool's workers are started: None for a plain worker process (a sandbox's
+        executor starts them inside one, ``sandbox.py``)."""
+        return None
+
     async def prepare(self, tool: ToolSpec, args: dict) -> Any:
         # taken (or started) and the module imported before the deadline runs: the timeout is
         # the call's, not the start's or the import's (bounded by procpool.IMPORT_LIMIT_S)
         from ..procpool import current_pool
 
         pool = current_pool()
-        worker, failure = await pool.ready(self.app_root, tool.ref)
+        worker, failure = await pool.ready(self.app_root, tool.ref, self.launcher(tool))
         return pool, worker, failure
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
