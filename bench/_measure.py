@@ -56,6 +56,19 @@ def median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def reference_ms() -> float:
+    """CPU milliseconds of a fixed pure-Python loop (a million additions), best of three: how fast
+    this machine runs Python right now, to scale the absolute figures between machines."""
+    best = float("inf")
+    for _ in range(3):
+        c0 = time.process_time()
+        x = 0
+        for i in range(1_000_000):
+            x += i
+        best = min(best, time.process_time() - c0)
+    return best * 1000
+
+
 def load_text() -> str:
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.1f} {five:.1f} {fifteen:.1f} on {os.cpu_count()} CPUs"

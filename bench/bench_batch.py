@@ -189,17 +189,25 @@ class Batch:
 
         c = {s: slope(cpu[s]) for s in sides}
         w = {s: slope(wall[s]) for s in sides}
+
+        def spread(side: str) -> str:
+            # the ratio of each round's own slopes: how far one round can be trusted on this machine
+            each = sorted((cpu["toolloop"][large][r] - cpu["toolloop"][small][r]) / (cpu[side][large][r] - cpu[side][small][r])
+                          for r in range(repeat))
+            return f"rounds {each[0]:.2f}-{each[-1]:.2f}x"
+
         calls = f"{large - small:,} calls at -j {self.k}, slope {small}..{large} lanes, median of {repeat}"
         if kind == "async":
             rows = [ratio_row("CPU per no-op call / bare trio pool", c["toolloop"], c["trio"], 2.5, 1.5, "µs",
-                              f"{calls}; wall per call {w['toolloop']:.1f} against {w['trio']:.1f} µs",
+                              f"{calls} ({spread('trio')}); wall per call {w['toolloop']:.1f} against {w['trio']:.1f} µs",
                               "python bench/run_all.py --only async")]
             rows.append(Row("  for scale: CPU per no-op call / asyncio.gather", c["toolloop"], c["asyncio"],
                             c["toolloop"] / c["asyncio"], "-", "-", None, "µs",
-                            f"asyncio.gather under a semaphore of {self.k}; wall {w['asyncio']:.1f} µs"))
+                            f"asyncio.gather under a semaphore of {self.k} ({spread('asyncio')}); wall {w['asyncio']:.1f} µs",
+                            "python bench/run_all.py --only async"))
         else:
             rows = [ratio_row("CPU per thread-pool call / bare trio.to_thread", c["toolloop"], c["trio"], 1.5, 1.2,
-                              "µs", f"{calls}; wall per call {w['toolloop']:.1f} against {w['trio']:.1f} µs",
+                              "µs", f"{calls} ({spread('trio')}); wall per call {w['toolloop']:.1f} against {w['trio']:.1f} µs",
                               "python bench/run_all.py --only thread")]
         return rows
 

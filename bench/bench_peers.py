@@ -107,7 +107,8 @@ def child_bare(base: str, turns: int, protocol: str) -> tuple[Timer, object]:
     tools = [{"type": "function", "function": {"name": "noop", "description": "Do nothing.", "parameters": {
         "type": "object", "properties": {"i": {"type": "integer"}}, "required": ["i"]}}}]
     answer = None
-    with Timer() as t, httpx.Client(base_url=base, headers={"Authorization": "Bearer k"}) as client:
+    client = httpx.Client(base_url=base, headers={"Authorization": "Bearer k"})  # set-up, as the peers' clients
+    with Timer() as t, client:
         for _ in range(turns + 1):
             if protocol == "text":
                 reply = client.post("/chat/completions", json={"model": "m", "messages": messages,
@@ -132,7 +133,13 @@ def child_bare(base: str, turns: int, protocol: str) -> tuple[Timer, object]:
 
 
 def child_agents_sdk(base: str, turns: int) -> tuple[Timer, object]:
-    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+    from agents import (
+        Agent,
+        OpenAIChatCompletionsModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)  # nothing leaves 127.0.0.1
@@ -283,7 +290,7 @@ def main() -> None:
     print(f"{'side':<14} {'wall s':>7} {'CPU s':>7} {'RSS MiB':>8} {'loop wall s':>12} {'loop CPU s':>11}"
           f" {'own CPU/turn ms':>16} {'own wall/turn ms':>17}")
     for name, s in got["sides"].items():
-        def f(key: str, fmt: str) -> str:
+        def f(key: str, fmt: str, s: dict = s) -> str:
             return format(s[key], fmt) if key in s else "-"
         print(f"{name:<14} {f('wall', '7.3f')} {f('cpu', '7.3f')} {f('rss_mib', '8.1f')} {f('loop_wall', '12.3f')}"
               f" {f('loop_cpu', '11.3f')} {f('own_cpu_per_turn_ms', '16.2f')} {f('own_wall_per_turn_ms', '17.2f')}")

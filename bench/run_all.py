@@ -42,7 +42,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _install import ROOT, Install  # noqa: E402
-from _measure import Row, load_text, median, ratio_row, run_child  # noqa: E402
+from _measure import Row, load_text, median, ratio_row, reference_ms, run_child  # noqa: E402
 from bench_batch import Batch  # noqa: E402
 
 DEFAULT = ("async", "thread", "fanout", "routed", "startup", "validate")
@@ -176,7 +176,8 @@ def main() -> None:
         opts.repeat = opts.routed_repeat = opts.peer_rounds = 3
         opts.starts = 5
     wanted = opts.only or (FIGURES if opts.all else DEFAULT)
-    print(f"python {sys.version.split()[0]}, {load_text()}", flush=True)
+    print(f"python {sys.version.split()[0]}, {load_text()}; reference loop {reference_ms():.0f} ms CPU "
+          "(a million additions in pure Python, best of 3)", flush=True)
     rows: list[Row] = []
     t0 = time.perf_counter()
     with Install(editable=opts.editable) as install:
