@@ -177,8 +177,8 @@ def main() -> None:
           f" {'whole-run own cpu/turn':>23}   (ms)")
     for n, row in got["turns"].items():
         if n == BASE_TURNS:
-            print(f"{n:>5} {row['toolloop_cpu_ms']:>13.2f} {row['bare_cpu_ms']:>9.2f} {'(fixed cost of a run)':>28}"
-                  f" {row['own_cpu_avg_ms'] * n:>23.2f}")
+            print(f"{n:>5} {row['toolloop_cpu_ms']:>13.1f} {row['bare_cpu_ms']:>9.1f}   (the fixed cost of a run: toolloop's "
+                  f"own CPU over a {n}-turn run, {row['own_cpu_avg_ms'] * n:.1f} ms, is taken off below)")
             continue
         print(f"{n:>5} {row['toolloop_cpu_ms']:>13.1f} {row['bare_cpu_ms']:>9.1f} {row['own_cpu_ms']:>13.3f}"
               f" {row['own_wall_ms']:>14.3f} {row['own_cpu_avg_ms']:>23.3f}")
