@@ -16,7 +16,11 @@ processes of the head, -j 2), and the head's peak memory for a streamed plan of 
 4 x ``--lanes`` no-op lanes (``run --lanes FILE --stream``, measured by wait4), through Ray and locally.
 Ratios are against the bare figure measured in the same run.
 
+With --per-call-only, only the per-call figure: CPU time of the whole local cluster (the driver and
+every process under it: GCS, raylet, workers) and wall time, for --rounds alternating rounds.
+
 Usage: python bench/bench_ray.py [--calls 300] [--cpu-calls 24] [--burn 0.2] [--lanes 1000]
+       python bench/bench_ray.py --per-call-only [--rounds 5] [--json]
 """
 
 from __future__ import annotations
@@ -106,8 +110,25 @@ def write_files(root: Path, burn: float, calls: int, cpu_calls: int, lanes: int)
     return files
 
 
-def run_plan(path: Path, state: Path, **options) -> tuple[float, dict]:
-    """Wall time of one run of an admitted plan (admission not counted), and its summary."""
+def cluster_cpu() -> float:
+    """CPU seconds (user + system) so far of this process and every process under it: the local
+    Ray cluster this driver started (GCS, raylet, workers) included."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:  # a process that ended in between
+            continue
+        total += t.user + t.system
+    return total
+
+
+def run_plan(path: Path, state: Path, cpu: list | None = None, **options) -> tuple[float, dict]:
+    """Wall time of one run of an admitted plan (admission not counted), and its summary; with
+    ``cpu``, the cluster's CPU time over the same span is appended to it."""
     from toolloop_cli.engine.run import RunOptions, execute_plan
     from toolloop_cli.plan.admit import admit_plan
     from toolloop_cli.store import Store
@@ -115,9 +136,12 @@ def run_plan(path: Path, state: Path, **options) -> tuple[float, dict]:
     plan = admit_plan(path)
     store = Store(state)
     got: list = []
+    c0 = cluster_cpu() if cpu is not None else 0.0
     t0 = time.perf_counter()
     execute_plan(plan, store, got.append, RunOptions(handle_signals=False, **options))
     elapsed = time.perf_counter() - t0
+    if cpu is not None:
+        cpu.append(cluster_cpu() - c0)
     store.close()
     summary = got[-1]
     if summary["status"] != "ok":
@@ -177,14 +201,60 @@ def peak_rss(files: dict, state: Path, lanes: int, address: str | None) -> tuple
     return usage.ru_maxrss / 1024, time.perf_counter() - t0
 
 
+def per_call_only(files: dict, args: argparse.Namespace, state: Path) -> dict:
+    """The per-call figure alone, in CPU time of the whole cluster and in wall time: a bare
+    ``ray.get(f.remote())`` loop and a sequential plan of the same calls, alternating, medians."""
+    import statistics
+
+    import ray
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level=logging.ERROR,
+             runtime_env={"working_dir": str(files["app"])})
+    try:
+        f = ray.remote(max_retries=0)(bare_call)
+        ray.get([f.remote("benchapp.tools:noop", {}) for _ in range(8)])  # workers up
+        run_plan(files["warm"], state / "warm", executor="ray")  # toolloop's functions exported
+        bare_wall, bare_cpu, ours_wall, ours_cpu = [], [], [], []
+        for r in range(args.rounds):
+            c0, t0 = cluster_cpu(), time.perf_counter()
+            for _ in range(args.calls):
+                ray.get(f.remote("benchapp.tools:noop", {}))
+            bare_wall.append(time.perf_counter() - t0)
+            bare_cpu.append(cluster_cpu() - c0)
+            elapsed, _ = run_plan(files["noop"], state / f"noop{r}", cpu=ours_cpu, executor="ray")
+            ours_wall.append(elapsed)
+    finally:
+        ray.shutdown()
+    per = lambda xs: statistics.median(xs) / args.calls * 1000  # noqa: E731
+    return {"calls": args.calls, "rounds": args.rounds, "bare_ms": per(bare_wall), "toolloop_ms": per(ours_wall),
+            "bare_cpu_ms": per(bare_cpu), "toolloop_cpu_ms": per(ours_cpu), "ray": ray.__version__}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=300)
     ap.add_argument("--cpu-calls", type=int, default=24)
     ap.add_argument("--burn", type=float, default=0.2)
     ap.add_argument("--lanes", type=int, default=1000)
+    ap.add_argument("--per-call-only", action="store_true",
+                    help="only the per-call figure, in CPU time of the cluster (and wall), --rounds rounds")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="with --per-call-only: also print it as one JSON line")
     args = ap.parse_args()
     import ray
+
+    if args.per_call_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            files = write_files(Path(tmp), args.burn, args.calls, args.cpu_calls, 10)
+            got = per_call_only(files, args, Path(tmp) / "state")
+        print(f"{args.calls} no-op calls one at a time, median of {args.rounds} rounds, Ray {got['ray']}")
+        print(f"  bare Ray task  {got['bare_cpu_ms']:.3f} ms CPU  {got['bare_ms']:.3f} ms wall")
+        print(f"  toolloop       {got['toolloop_cpu_ms']:.3f} ms CPU  {got['toolloop_ms']:.3f} ms wall")
+        print(f"  ratio          {got['toolloop_cpu_ms'] / got['bare_cpu_ms']:.2f}x CPU"
+              f"  {got['toolloop_ms'] / got['bare_ms']:.2f}x wall  (bar <= 1.3x, aim <= 1.1x)")
+        if args.json:
+            print(json.dumps(got))
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

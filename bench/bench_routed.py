@@ -1,17 +1,27 @@
+#!/usr/bin/env python3
 """The routed loop's own time per turn, against a bare loop written directly with httpx, side by side.
 
-Both drive the same scripted model server on 127.0.0.1 (tests/modelserver.py) through N turns:
-N-1 tool calls (a no-op sync tool) and a final answer. A loop's *own* time is its wall time minus
-the time spent waiting for the model and running the tool:
+Both drive the same scripted model server (bench/loopback.py, in a process of its own so its
+work is counted against neither) through N turns: N-1 calls of a no-op sync tool, a final
+decision and the final answer (N+1 requests each):
 
-- toolloop: ``toolloop run`` of a routed plan in this process (``execute_plan``: admission aside,
-  with the journal, receipts, redaction, budgets and the JSON Lines records); the waits are the
-  decisions' and the final answer's ``duration_ms`` and the receipts' ``duration_ms``;
-- bare: an httpx client posting the same number of Chat Completions requests, parsing each reply
-  as a decision and calling the tool function directly; the waits are timed around each request
-  and each call.
+- toolloop: a routed plan run in this process (``execute_plan``, admission aside), with the
+  journal, receipts, redaction, budgets and the JSON Lines records (written to /dev/null);
+- bare: an httpx client posting the same requests, parsing each reply as a decision, calling the
+  tool function directly and appending its result to the messages.
 
-Usage: python bench/bench_routed.py [--turns 20] [--repeat 5]
+A side's CPU time is ``time.process_time()`` around the run (every thread of this process: the
+journal's too); wall time is ``perf_counter``. The two sides alternate, round by round. toolloop's
+*own* time is its time minus the bare loop's in the same round, and its own time *per turn at N*
+is the extra cost of the turns past a 2-turn run, so the fixed cost of a run (opening it,
+closing it) cancels out and what is left is what a turn costs, averaged over turns 3..N:
+
+    own(N) = (toolloop(N) - bare(N)) - (toolloop(2) - bare(2)),  per turn: own(N) / (N - 2)
+
+The median over rounds is reported, in CPU time (the figure) and in wall time. The growth of a
+turn's cost with history is own per turn at the largest N over the smallest N above 2.
+
+Usage: python bench/bench_routed.py [--turns 20 100 300] [--repeat 5] [--json]
 """
 
 from __future__ import annotations
@@ -25,18 +35,20 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
 
-from modelserver import ModelServer  # noqa: E402
+from loopback import Loopback  # noqa: E402
+
+BASE_TURNS = 2
 
 REGISTRY = """
 version: 1
 app_root: {app}
 subagents:
   b:
-    runner_defaults: {{tool_timeout_s: 10}}
+    runner_defaults: {{tool_timeout_s: 10, max_calls: 100000}}
     tools:
       noop:
         callable: testapp.tools:echo
@@ -53,100 +65,129 @@ mode: routed
 goal: Call noop as often as told, then finish.
 router_profile: {{provider: openai, model: m, base_url: '{base}', api_key_env: BENCH_KEY}}
 final_profile: {{provider: openai, model: m, base_url: '{base}', api_key_env: BENCH_KEY}}
-budget: {{max_iterations: {turns}, max_tokens: 100000000, max_tool_calls: {turns}, timeout_s: 600}}
+budget: {{max_iterations: {turns}, max_tokens: 100000000, max_tool_calls: {turns}, timeout_s: 3600}}
 final_schema: {{type: object, required: [answer]}}
 """
 
 
-def script(server: ModelServer, turns: int) -> None:
-    calls = [json.dumps({"action": "call", "tool": "noop", "args": {"i": i}, "reason": "go"}) for i in range(turns - 1)]
-    server.script(*calls, '{"action": "final", "reason": "done"}', '{"answer": 1}')
+def write_files(folder: Path, base: str, turns: list[int]) -> None:
+    (folder / "reg.yml").write_text(REGISTRY.format(app=ROOT / "tests" / "app"))
+    for n in turns:
+        (folder / f"plan{n}.yml").write_text(PLAN.format(base=base, turns=n))
 
 
-def toolloop_own(server: ModelServer, folder: Path, turns: int) -> tuple[float, float]:
+def toolloop_run(server: Loopback, folder: Path, turns: int, out) -> tuple[float, float]:
+    """(wall, cpu) seconds of one routed run of ``turns`` turns, admission aside."""
+    import orjson
+
     from toolloop_cli.engine.run import RunOptions, execute_plan
     from toolloop_cli.plan.admit import admit_plan
     from toolloop_cli.store import Store
 
-    plan = admit_plan(folder / "plan.yml")
+    plan = admit_plan(folder / f"plan{turns}.yml")
     store = Store(folder / f"state-{time.monotonic_ns()}")
-    got: list = []
-    script(server, turns)
-    t0 = time.perf_counter()
-    result = execute_plan(plan, store, got.append, RunOptions(handle_signals=False))
-    wall = time.perf_counter() - t0
-    store.close()
-    assert result.summary["outcome"] == "final", result.summary
-    answers = store_answers(folder, result.summary["run_id"])
-    waits = sum(a["duration_ms"] for a in answers) + sum(r["duration_ms"] for r in got if r["type"] == "receipt")
-    return wall, waits / 1000
 
+    def emit(record: dict) -> None:
+        out.write(orjson.dumps(record) + b"\n")
 
-def store_answers(folder: Path, run_id: str) -> list[dict]:
-    from toolloop_cli.store import Store
-
-    out = []
-    for state in folder.glob("state-*"):
-        store = Store(state, create=False)
-        out.extend(store.model_answers_of(run_id))
+    server.script("text", turns)
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = execute_plan(plan, store, emit, RunOptions(handle_signals=False))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
         store.close()
-    return out
+    if result.summary["outcome"] != "final":
+        raise SystemExit(f"toolloop's routed run did not end final: {result.summary}")
+    server.check("text", turns, "toolloop")
+    return wall, cpu
 
 
-def bare_own(server: ModelServer, turns: int) -> tuple[float, float]:
+def bare_run(server: Loopback, turns: int) -> tuple[float, float]:
     import httpx
 
     sys.path.insert(0, str(ROOT / "tests" / "app"))
     from testapp.tools import echo
 
-    script(server, turns)
-    waits = 0.0
+    server.script("text", turns)
     messages = [{"role": "system", "content": "You pick tools."}, {"role": "user", "content": "Go."}]
-    t0 = time.perf_counter()
-    with httpx.Client(base_url=server.openai_base, headers={"Authorization": "Bearer k"}) as client:
+    t0, c0 = time.perf_counter(), time.process_time()
+    with httpx.Client(base_url=server.base, headers={"Authorization": "Bearer k"}) as client:
         for _ in range(turns + 1):
-            w = time.perf_counter()
             reply = client.post("/chat/completions", json={"model": "m", "messages": messages,
                                                             "response_format": {"type": "json_object"}})
-            waits += time.perf_counter() - w
-            text = reply.json()["choices"][0]["message"]["content"]
-            decision = json.loads(text)
+            decision = json.loads(reply.json()["choices"][0]["message"]["content"])
             if decision.get("action") == "call":
-                w = time.perf_counter()
                 result = echo(**decision["args"])
-                waits += time.perf_counter() - w
                 messages.append({"role": "user", "content": json.dumps(result)})
-    return time.perf_counter() - t0, waits
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    server.check("text", turns, "bare httpx loop")
+    return wall, cpu
+
+
+def measure(turns: list[int], repeat: int) -> dict:
+    """Per N: medians over rounds of both sides and of toolloop's own time per turn (ms)."""
+    os.environ["BENCH_KEY"] = "bench-key"
+    sizes = sorted({BASE_TURNS, *turns})
+    rounds: list[dict[int, dict[str, tuple[float, float]]]] = []
+    with Loopback() as server, tempfile.TemporaryDirectory() as tmp, open(os.devnull, "wb") as out:
+        folder = Path(tmp)
+        write_files(folder, server.base, sizes)
+        toolloop_run(server, folder, BASE_TURNS, out)  # warm: imports, the App module
+        bare_run(server, BASE_TURNS)
+        for _ in range(repeat):
+            got = {}
+            for n in sizes:
+                got[n] = {"toolloop": toolloop_run(server, folder, n, out), "bare": bare_run(server, n)}
+            rounds.append(got)
+    result: dict = {"repeat": repeat, "base_turns": BASE_TURNS, "turns": {}}
+    for n in sizes:
+        row: dict = {}
+        for i, what in ((0, "wall"), (1, "cpu")):
+            row[f"toolloop_{what}_ms"] = statistics.median(r[n]["toolloop"][i] for r in rounds) * 1000
+            row[f"bare_{what}_ms"] = statistics.median(r[n]["bare"][i] for r in rounds) * 1000
+            # whole run, fixed cost included, per turn
+            row[f"own_{what}_avg_ms"] = statistics.median(
+                (r[n]["toolloop"][i] - r[n]["bare"][i]) / n for r in rounds) * 1000
+            if n > BASE_TURNS:
+                row[f"own_{what}_ms"] = statistics.median(
+                    ((r[n]["toolloop"][i] - r[n]["bare"][i]) - (r[BASE_TURNS]["toolloop"][i] - r[BASE_TURNS]["bare"][i]))
+                    / (n - BASE_TURNS) for r in rounds) * 1000
+        result["turns"][n] = row
+    big = [n for n in sizes if n > BASE_TURNS]
+    if len(big) >= 2:
+        lo, hi = result["turns"][big[0]], result["turns"][big[-1]]
+        result["growth"] = {"from": big[0], "to": big[-1], "cpu": hi["own_cpu_ms"] / lo["own_cpu_ms"],
+                            "wall": hi["own_wall_ms"] / lo["own_wall_ms"]}
+    return result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--turns", type=int, default=20)
+    ap.add_argument("--turns", type=int, nargs="+", default=[20, 100, 300])
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--json", action="store_true", help="also print the two figures as one JSON line")
+    ap.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
     a = ap.parse_args()
-    os.environ["BENCH_KEY"] = "bench-key"
-    server = ModelServer().start()
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = Path(tmp)
-            (folder / "reg.yml").write_text(REGISTRY.format(app=ROOT / "tests" / "app"))
-            (folder / "plan.yml").write_text(PLAN.format(base=server.openai_base, turns=a.turns))
-            toolloop_own(server, folder, a.turns)  # warm up imports
-            ours, bare = [], []
-            for _ in range(a.repeat):
-                wall, waits = toolloop_own(server, folder, a.turns)
-                ours.append((wall - waits) / a.turns)
-                wall, waits = bare_own(server, a.turns)
-                bare.append((wall - waits) / a.turns)
-    finally:
-        server.stop()
-    o, b = statistics.median(ours) * 1000, statistics.median(bare) * 1000
-    print(f"bare httpx loop  own time per turn {b:.3f} ms")
-    print(f"toolloop routed  own time per turn {o:.3f} ms  (whole run: journal, receipts, budgets, records)")
-    print(f"extra per turn: {o - b:.3f} ms  (goal <= 2 ms, aim <= 0.5 ms; {a.turns} turns, median of {a.repeat})")
+    if any(n <= BASE_TURNS for n in a.turns):
+        ap.error(f"--turns: each must be more than {BASE_TURNS}, the run whose cost is taken as fixed")
+    load = os.getloadavg()[0]
+    got = measure(a.turns, a.repeat)
+    print(f"load average {load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; median of {a.repeat} rounds")
+    print(f"{'turns':>5} {'toolloop cpu':>13} {'bare cpu':>9} {'own cpu/turn':>13} {'own wall/turn':>14}"
+          f" {'whole-run own cpu/turn':>23}   (ms)")
+    for n, row in got["turns"].items():
+        if n == BASE_TURNS:
+            print(f"{n:>5} {row['toolloop_cpu_ms']:>13.1f} {row['bare_cpu_ms']:>9.1f}   (the fixed cost of a run: toolloop's "
+                  f"own CPU over a {n}-turn run, {row['own_cpu_avg_ms'] * n:.1f} ms, is taken off below)")
+            continue
+        print(f"{n:>5} {row['toolloop_cpu_ms']:>13.1f} {row['bare_cpu_ms']:>9.1f} {row['own_cpu_ms']:>13.3f}"
+              f" {row['own_wall_ms']:>14.3f} {row['own_cpu_avg_ms']:>23.3f}")
+    if "growth" in got:
+        g = got["growth"]
+        print(f"own time per turn at {g['to']} / at {g['from']} turns: CPU {g['cpu']:.2f}x, wall {g['wall']:.2f}x"
+              f"  (bar <= 1.1x)")
     if a.json:
-        print(json.dumps({"toolloop_ms": o, "bare_ms": b, "turns": a.turns, "repeat": a.repeat}))
+        print(json.dumps(got))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@
 
 Prints, per function (file and name, lines merged), the share of samples that have it anywhere on
 the stack (inclusive) and at the top (self). ``--under`` keeps only the samples whose stack
-passes through a function of that name (e.g. ``execute_call``), so the shares are of that part.
+passes through a function of that name (e.g. ``execute_call``), so the shares are of that part;
+``--skip`` leaves out the samples passing through one (e.g. ``_find_and_load``: imports).
 With ``--idle`` the samples of threads waiting (py-spy's default leaves them out) count too.
 """
 
@@ -40,6 +41,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--under", help="only samples whose stack passes through this function name")
     ap.add_argument("--thread", help="only samples of threads whose stack starts with this text")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="leave out the samples whose stack passes through this function (e.g. _find_and_load)")
     opts = ap.parse_args()
     inclusive: Counter[str] = Counter()
     self_: Counter[str] = Counter()
@@ -53,6 +56,8 @@ def main() -> None:
             fs = frames(stack)
             if opts.thread and not stack.startswith(opts.thread):
                 continue
+            if opts.skip and any(f.split(" (")[0] in opts.skip for f in fs):
+                continue
             if opts.under:
                 idx = next((i for i, f in enumerate(fs) if f.split(" (")[0] == opts.under), None)
                 if idx is None:
@@ -62,7 +67,8 @@ def main() -> None:
             for f in set(fs):
                 inclusive[f] += n
             self_[fs[-1]] += n
-    print(f"{total} samples" + (f" under {opts.under}" if opts.under else ""))
+    print(f"{total} samples" + (f" under {opts.under}" if opts.under else "")
+          + (f", without those under {', '.join(opts.skip)}" if opts.skip else ""))
     print(f"{'incl %':>7} {'self %':>7}  function")
     for f, n in inclusive.most_common(opts.top):
         print(f"{100 * n / total:7.1f} {100 * self_[f] / total:7.1f}  {f}")
