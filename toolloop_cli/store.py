@@ -906,7 +906,12 @@ class Store:
         """``(result,)`` for a stored key, else None (a stored ``null`` result is a hit too)."""
         with self._lock:
             row = self.db.execute("SELECT result FROM cache WHERE key=?", (key,)).fetchone()
-        return None if row is None else (_loads(row[0], f"the cached result {key[:16]}…"),)
+        if row is None:
+            return None
+        # a damaged entry is not damage to the journal: the cache's reader takes it as a miss with a warning
+        if not isinstance(row[0], (str, bytes)):
+            raise ValueError("the stored value is not JSON text")
+        return (_json.loads(row[0]),)
 
     def put(self, key: str, tool: str, result: Any) -> None:
         with self._lock:
