@@ -34,9 +34,6 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 
-#: who fixes a failure, by the module it came from (the rest: the input handling itself)
-OWNERS = (("toolloop_cli/store.py", "storechain"), ("toolloop_cli/providers/", "loopends"))
-
 
 class Hang(Exception):
     """A case ran past the campaign's limit."""
@@ -76,10 +73,6 @@ def _where(exc: BaseException) -> str:
             where = f"toolloop_cli/{name.split('toolloop_cli/', 1)[1]}:{tb.tb_lineno}"
         tb = tb.tb_next
     return where
-
-
-def owner(where: str) -> str:
-    return next((who for prefix, who in OWNERS if where.startswith(prefix)), "inputs")
 
 
 def _alarm(_sig: int, _frame: Any) -> None:
@@ -154,7 +147,7 @@ def report(tallies: dict[str, Tally], seconds: float) -> bool:
     for name, t in tallies.items():
         for key, count in t.classes.most_common():
             kind, exc, where = key
-            print(f"\n[{name}] {kind} x{count}: {exc} at {where or '(the check)'} (owner: {owner(where)})\n"
+            print(f"\n[{name}] {kind} x{count}: {exc} at {where or '(the check)'}\n"
                   f"      {t.first[key]}")
     return bad == 0
 

@@ -189,14 +189,14 @@ def run_command(journal: Journal, state: Path, command: tuple, timeout: float = 
         from typer.testing import CliRunner
 
         from toolloop_cli.cli.app import app
-        from toolloop_cli.errors import ConfigError, RunError, UsageError
+        from toolloop_cli.errors import ConfigError, RunError, StateError, UsageError
 
         result = CliRunner().invoke(app, [*args, "--state-dir", str(state)], env={"NO_COLOR": "1"},
                                     catch_exceptions=True)
         exc = result.exception
-        if exc is not None and not isinstance(exc, (SystemExit, UsageError, RunError, ConfigError)):
+        if exc is not None and not isinstance(exc, (SystemExit, UsageError, RunError, ConfigError, StateError)):
             raise InternalError(f"{' '.join(args[:2])}: {type(exc).__name__}: {str(exc)[:200]}") from exc
-        code = {UsageError: 2, RunError: 1, ConfigError: 3}.get(type(exc), result.exit_code)
+        code = {UsageError: 2, RunError: 1, ConfigError: 3, StateError: 2}.get(type(exc), result.exit_code)
     else:
         proc = subprocess.run([sys.executable, "-m", "toolloop_cli", *args, "--state-dir", str(state)],
                               cwd=journal.folder, capture_output=True, timeout=timeout, env=_env())
