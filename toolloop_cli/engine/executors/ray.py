@@ -226,8 +226,10 @@ def _quiet_thread_warning() -> Iterator[None]:
 
 @contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt here, as Ctrl-C does (exit 130), for the length of the
-    block (main thread only: elsewhere signals are not this thread's to take)."""
+    """SIGINT and SIGTERM raise KeyboardInterrupt here (exit 130) for the length of the block,
+    whatever handler the command holds them with (main thread only: elsewhere signals are not
+    this thread's to take). The command's own handler only counts a signal, and Ray's connect,
+    waited for here, would go on for as long as Ray waits."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -235,11 +237,12 @@ def _sigterm_interrupts() -> Iterator[None]:
     def interrupt(_sig: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Owner:
