@@ -363,3 +363,14 @@ def test_the_web_api_answers_a_damaged_read_with_500_and_the_same_message(journa
     finally:
         assert served.stop() == 0, "\n".join(served.log)
     assert not any("internal error" in line for line in served.log), served.log
+
+
+def test_bytes_sqlite_cannot_decode_as_its_own_text_are_damage(tmp_path):
+    """A damaged page can make SQLite hand back undecodable text where no column is read (a
+    pragma's answer, an error message): Python raises UnicodeDecodeError, which is damage too."""
+    from toolloop_cli._statedb import reading
+
+    with pytest.raises(StateError, match="not UTF-8 text") as caught:
+        with reading(tmp_path / "state.db"):
+            b"\x83".decode()
+    assert str(tmp_path / "state.db") in str(caught.value)

@@ -174,6 +174,8 @@ class reading:
         return None
 
     def __exit__(self, _type: Any, exc: BaseException | None, _tb: Any) -> bool:
+        if isinstance(exc, UnicodeDecodeError):  # SQLite read damaged bytes where it keeps text of its own
+            raise StateError("SQLite read bytes that are not UTF-8 text where it keeps its own", path=self.path) from None
         if isinstance(exc, sqlite3.Error):
             problem = damage_of(exc)
             if problem is not None:
