@@ -93,7 +93,8 @@ def test_a_name_outside_the_table_is_refused_with_the_names_it_holds(tmp_path):
         admit_plan(echo_plan(tmp_path, "echo-1"))
     (problem, _) = refused.value.problems
     assert (problem.code, problem.message, problem.hint) == (
-        "TL410", "unknown provider 'echo'", "use one of: openai, anthropic, replay")
+        "TL410", "unknown provider 'echo'", f"use one of: {', '.join(PROVIDERS)}")
+    assert list(PROVIDERS)[:3] == ["openai", "anthropic", "replay"]
     with pytest.raises(ValueError, match="unknown provider 'echo'"):
         provider_kind("echo")
 
