@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 from .._canonical import sha256_of
 
@@ -169,7 +169,7 @@ class ProviderKind:
     with paths resolved), or None after reporting what is wrong through ``admission``."""
 
     make: Callable[..., Provider]
-    check: Callable[[Profile, tuple, ProfileAdmission], "Profile | None"]
+    check: Callable[[Profile, tuple, ProfileAdmission], Profile | None]
 
 
 def check_needs_model(profile: Profile, at: tuple, admission: ProfileAdmission) -> Profile | None:

@@ -79,9 +79,9 @@ class RuleKind:
 
     required: tuple[str, ...]
     optional: tuple[str, ...]
-    reason: Callable[[Rule, SupervisorState], "str | None"]
+    reason: Callable[[Rule, SupervisorState], str | None]
     doc: str
-    check: Callable[[Rule], "RuleProblem | None"] = lambda rule: None
+    check: Callable[[Rule], RuleProblem | None] = lambda rule: None
 
     def signature(self) -> str:
         """The kind as the docs show it, e.g. ``tool_repeated {count, tool?}``."""

@@ -20,8 +20,8 @@ caller's cancel scope (``engine/call.py``).
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 import importlib
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import Any, AsyncIterator, Iterator
 
 from ...contract.compiled import Contract, ToolSpec
