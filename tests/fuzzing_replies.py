@@ -302,7 +302,7 @@ def check_provider_reply(server: Any, protocol: str, reply: Any) -> None:
     """One request to ``server`` answered with ``reply``: a usable reply or a ProviderError."""
     import trio
 
-    from toolloop_cli.providers.base import ERROR_KINDS, ModelReply, ModelRequest, Profile, ProviderError, make_provider
+    from toolloop_cli.providers import ERROR_KINDS, ModelReply, ModelRequest, Profile, ProviderError, make_provider
 
     base = server.openai_base if protocol == "openai" else server.anthropic_base
     provider = make_provider(Profile(protocol, model="m", base_url=base, api_key_env="FUZZ_KEY", max_output_tokens=100),

@@ -1,6 +1,7 @@
-"""The routed loop against the scripted model server on 127.0.0.1 (real HTTP, both protocols):
-every outcome, every rejection kind, token and cost accounting, the deadline, retries, and the
-API key reaching the provider and nothing else."""
+"""The routed loop: every outcome, every rejection kind, token and cost accounting, outcomes and
+routes driven in process by an injected ``ScriptedProvider`` (``RunOptions.providers``); the
+deadline, retries, both protocols and the API key reaching the provider and nothing else against
+the scripted model server on 127.0.0.1 (real HTTP)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from conftest import APP, write
 from modelserver import Reply
 from toolloop_cli.engine.run import RunOptions, execute_plan
 from toolloop_cli.plan.admit import admit_plan
+from toolloop_cli.providers import ModelReply, ProviderError
+from toolloop_cli.providers.scripted import ScriptedProvider
 from toolloop_cli.store import Store
 
 REG = APP / "registry.yml"
@@ -22,10 +25,14 @@ FINAL = '{"action": "final", "reason": "enough"}'
 ANSWER = '{"answer": 1}'
 
 
-def plan_file(tmp_path, server, *, provider: str = "openai", budget: str | None = None, extra: str = "",
+def plan_file(tmp_path, server=None, *, provider: str = "openai", budget: str | None = None, extra: str = "",
               price: str = "") -> str:
-    base = server.openai_base if provider == "openai" else server.anthropic_base
-    profile = f"{{provider: {provider}, model: m, base_url: '{base}', api_key_env: TL_TEST_KEY{price}}}"
+    """The plan; without a ``server`` its profiles name no server (a provider is given in process)."""
+    if server is None:
+        profile = f"{{provider: {provider}, model: m{price}}}"
+    else:
+        base = server.openai_base if provider == "openai" else server.anthropic_base
+        profile = f"{{provider: {provider}, model: m, base_url: '{base}', api_key_env: TL_TEST_KEY{price}}}"
     budget = budget or "{max_iterations: 6, max_tokens: 100000, max_tool_calls: 3, timeout_s: 30}"
     return str(write(tmp_path / "plan.yml", f"""
         version: 1
@@ -52,6 +59,16 @@ def run(tmp_path, path: str, **opts):
     finally:
         store.close()
     return got, result.summary
+
+
+def scripted(*replies) -> ScriptedProvider:
+    """Replies as the loopback server's ``Reply(text, input, output)`` would give them."""
+    return ScriptedProvider([ModelReply(r[0], r[1], r[2], "m") if isinstance(r, tuple) else r for r in replies])
+
+
+def run_scripted(tmp_path, provider: ScriptedProvider, path: str | None = None, **plan):
+    """A real routed run, in process, its profiles answered by ``provider``."""
+    return run(tmp_path, path or plan_file(tmp_path, **plan), providers={"openai": provider})
 
 
 @pytest.fixture(autouse=True)
@@ -85,8 +102,8 @@ def test_a_call_then_a_final_answer(tmp_path, model_server):
     assert all(KEY not in r.raw.decode() for r in model_server.requests)
 
 
-def test_every_rejection_kind_is_an_observation_without_a_receipt(tmp_path, model_server):
-    model_server.script(
+def test_every_rejection_kind_is_an_observation_without_a_receipt(tmp_path):
+    provider = scripted(
         '{"action": "call", "tool": "pay", "args": {"amount": 1}, "reason": "not allowed"}',
         '{"action": "call", "tool": "boom", "args": {"message": 5}, "reason": "bad args"}',
         CALL_ECHO,
@@ -96,8 +113,8 @@ def test_every_rejection_kind_is_an_observation_without_a_receipt(tmp_path, mode
         '{"action": "call", "tool": "log_run", "args": {"log": "l", "key": "k"}, "reason": "over budget"}',
         FINAL, ANSWER,
     )
-    records, summary = run(tmp_path, plan_file(
-        tmp_path, model_server, budget="{max_iterations: 10, max_tokens: 100000, max_tool_calls: 2, timeout_s: 30}"))
+    records, summary = run_scripted(
+        tmp_path, provider, budget="{max_iterations: 10, max_tokens: 100000, max_tool_calls: 2, timeout_s: 30}")
     decisions = [r for r in records if r["type"] == "decision"]
     assert [d["rejected"] for d in decisions] == [
         "unknown_tool", "invalid_args", None, "duplicate", "malformed", None, "over_budget", None]
@@ -107,29 +124,30 @@ def test_every_rejection_kind_is_an_observation_without_a_receipt(tmp_path, mode
                                              "unknown_tool": 1}
     assert summary["loop"]["tool_calls"] == 2 and summary["loop"]["iterations"] == 8
     # a tool outside the allowlist is never named to the model
-    assert "pay" not in json.dumps(model_server.requests[0].json["messages"])
-    assert "'pay' is not one of the tools" in json.dumps(model_server.requests[1].json["messages"])
+    assert "pay" not in json.dumps(provider.requests[0].messages)
+    assert "'pay' is not one of the tools" in json.dumps(provider.requests[1].messages)
 
 
 @pytest.mark.parametrize("script, budget, outcome, status", [
     ([CALL_ECHO, '{"action": "call", "tool": "echo", "args": {"x": 2}, "reason": "more"}'],
      "{max_iterations: 2, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30}", "max_iterations", "failed"),
-    ([Reply(CALL_ECHO, 15, 10)], "{max_iterations: 5, max_tokens: 20, max_tool_calls: 5, timeout_s: 30}",
+    ([(CALL_ECHO, 15, 10)], "{max_iterations: 5, max_tokens: 20, max_tool_calls: 5, timeout_s: 30}",
      "budget_exceeded", "failed"),
     (['{"action": "abort", "reason": "cannot"}'], None, "aborted", "failed"),
     (["no", "still no", "{}"], None, "malformed_output", "failed"),
     (['{"action": "call", "tool": "nope", "args": {}, "reason": "a"}'] * 2, None, "duplicate_action", "failed"),
     ([FINAL, '{"answer": "one"}', "not json"], None, "parse_error", "failed"),
     ([FINAL, '{"answer": "one"}', ANSWER], None, "final", "ok"),
-    ([Reply("bad key", status=401)], None, "provider_error", "failed"),
+    ([ProviderError("client", "bad key", status=401)], None, "provider_error", "failed"),
 ])
-def test_every_outcome(tmp_path, model_server, script, budget, outcome, status):
-    model_server.script(*script)
-    records, summary = run(tmp_path, plan_file(tmp_path, model_server, budget=budget))
+def test_every_outcome(tmp_path, script, budget, outcome, status):
+    provider = scripted(*script)
+    records, summary = run_scripted(tmp_path, provider, budget=budget)
     assert (summary["outcome"], summary["status"]) == (outcome, status)
-    assert model_server.pending == 0
+    assert provider.replies == []  # every scripted reply was asked for, and no more
     if outcome == "budget_exceeded":  # the over-budget reply's decision is recorded, never executed
         assert kinds(records) == [("decision", None), ("summary", "failed")]
+    assert not provider.closed  # an instance the run was given stays open: it is the caller's
 
 
 def test_rate_limits_and_server_errors_are_retried_honouring_retry_after(tmp_path, model_server):
@@ -151,14 +169,14 @@ def test_the_deadline_ends_a_loop_waiting_on_the_model(tmp_path, model_server):
     assert kinds(records)[:2] == [("decision", None), ("receipt", "ok")]
 
 
-def test_cost_is_charged_from_prices_and_ends_the_loop(tmp_path, model_server):
-    model_server.script(Reply(CALL_ECHO, 1_000_000, 0), Reply(FINAL, 1_000_000, 0))
+def test_cost_is_charged_from_prices_and_ends_the_loop(tmp_path):
+    provider = scripted((CALL_ECHO, 1_000_000, 0), (FINAL, 1_000_000, 0))
     price = ", price: {input_per_mtok: 0.5, output_per_mtok: 2.0}"
     budget = "{max_iterations: 5, max_tokens: 100000000, max_tool_calls: 5, timeout_s: 30, max_cost_usd: 0.75}"
-    _records, summary = run(tmp_path, plan_file(tmp_path, model_server, budget=budget, price=price))
+    _records, summary = run_scripted(tmp_path, provider, budget=budget, price=price)
     assert summary["outcome"] == "budget_exceeded"
     assert summary["loop"]["cost_usd"] == pytest.approx(1.0)
-    assert model_server.pending == 0
+    assert provider.replies == []
 
 
 def test_the_anthropic_protocol_drives_the_same_loop(tmp_path, model_server):
@@ -168,11 +186,10 @@ def test_the_anthropic_protocol_drives_the_same_loop(tmp_path, model_server):
     assert all(r.path == "/v1/messages" and r.headers.get("x-api-key") == KEY for r in model_server.requests)
 
 
-def test_outcomes_and_routes_reach_the_summary(tmp_path, model_server):
+def test_outcomes_and_routes_reach_the_summary(tmp_path):
     extra = "outcomes: [done, escalate]\n        routes: {done: reply, escalate: humans, max_iterations: humans}"
-    path = plan_file(tmp_path, model_server, extra=extra)
-    model_server.script(FINAL, '{"answer": 2, "outcome": "escalate"}')
-    _records, summary = run(tmp_path, path)
+    provider = scripted(FINAL, '{"answer": 2, "outcome": "escalate"}')
+    _records, summary = run_scripted(tmp_path, provider, extra=extra)
     assert summary["final"] == {"answer": 2, "outcome": "escalate"} and summary["route"] == "humans"
 
 

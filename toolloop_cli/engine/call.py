@@ -59,7 +59,7 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
         prepared = await executor.prepare(tool, args)  # before the deadline runs: the timeout is the call's
     except OSError as exc:
         return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
-    if executor.name not in ("process", "ray"):  # a worker process gets its own copy anyway
+    if not executor.copies_arguments:
         args = private_copy(args)
     deadline = trio.current_time() + timeout if timeout is not None else float("inf")
     with trio.CancelScope(deadline=deadline) as scope:
@@ -117,7 +117,7 @@ class _Attempts:
         self.ctx, self.tool, self.args, self.meta, self.where = ctx, tool, args, meta, where
         self.executor = ctx.services.executors.for_tool(tool)  # type: ignore[union-attr]
         # children of a trio callable run in its own task; others get a nursery per attempt
-        self.frame = frame if frame is not None and self.executor.name != "trio" else None
+        self.frame = frame if frame is not None and not self.executor.in_calling_task else None
         self.start_info = start_info
         self.timeout = tool.timeout_s if tool.timeout_s is not None else ctx.config.default_timeout_s
         self.count = 0
@@ -151,7 +151,7 @@ class _Attempts:
         limiter = self.ctx.services.limits.in_flight((tool.subagent, tool.id), tool.max_in_flight)
         borrower = object()
         await limiter.acquire_on_behalf_of(borrower)
-        slot = HeldSlot(limiter, borrower) if self.executor.abandons else None
+        slot = HeldSlot(limiter, borrower) if self.executor.holds_slot else None
         try:
             return await self._one(slot)
         finally:

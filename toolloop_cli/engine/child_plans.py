@@ -25,6 +25,7 @@ from typing import Any
 from ..contract.compiled import ToolSpec
 from ..plan.admit import AdmittedPlan
 from .child_runs import ChildFailed, ChildPaused, ChildResult, redacted_pointers
+from .executors import Executor
 from .identity import current_call
 from .session import RunSession, new_run_id
 
@@ -32,7 +33,7 @@ from .session import RunSession, new_run_id
 _ENDED = ("ok", "failed", "rejected")
 
 
-class ChildPlanExecutor:
+class ChildPlanExecutor(Executor):
     """Runs the calls of ``plan`` tools as child runs of ``parent``."""
 
     name = "plan"

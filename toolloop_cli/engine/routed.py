@@ -132,7 +132,7 @@ class RoutedRunner:
             providers = {role: ReplayProvider(answers) for role in self.spec.profiles()}
             recorded = ()
         else:
-            providers = self.spec.make_providers(self.env)
+            providers = self.spec.make_providers(self.env, given=session.options.providers)
         self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
                                  rng=session.ctx.services.rng, warn=session.options.on_warning,
                                  on_answer=session.telemetry.chat if session.telemetry is not None else None)
@@ -164,8 +164,10 @@ class RoutedRunner:
                 why = self._cut_short(outcome, why)
         finally:
             with trio.CancelScope(shield=True):
+                given = list((session.options.providers or {}).values())
                 for p in providers.values():
-                    await p.aclose()
+                    if not any(p is g for g in given):  # an instance the caller gave stays the caller's
+                        await p.aclose()
         if outcome not in (None, "paused"):
             self.supervision.late_controls(outcome)
         session.store.set_total_calls(session.run_id, self.seq)

@@ -69,6 +69,9 @@ class RunOptions:
     order: str = "input"  # input | completion (run --order)
     # the event loop's clock: None for the real one (trio.testing.MockClock makes timeout tests instant)
     clock: Any = None
+    # provider instances by provider name: each answers every profile of a routed run (and of its
+    # child runs) that names it, instead of one made from the profile; the caller closes them
+    providers: dict[str, Any] | None = None
 
     def journal_form(self) -> dict:
         return {

@@ -146,7 +146,8 @@ class Supervision:
         if self.spec is None:
             return None
         state = SupervisorState(iteration=iteration, proposals=dict(self.proposals), effects_run=dict(self.effects_run),
-                                fractions=self._fractions(), fired=dict(self.fired))
+                                fractions=self._fractions(), fired=dict(self.fired),
+                                per_tool={k: dict(v) for k, v in self.runner.state.per_tool.items()})
         for hit in check_rules(self.spec.rules, state):
             self.fired[hit.rule_index] = iteration
             ended = self._act(iteration, hit.rule_name, hit.action, hit.reason)

@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import Field, StrictStr
 
 from ..contract.models import Closed, Schema
+from ..router.supervisor import RULES
 
 MODE_KEYS = {
     "sequential": {"calls"},
@@ -53,7 +54,7 @@ class BudgetDecl(Closed):
 
 
 class RuleDecl(Closed):
-    when: Literal["tool_repeated", "budget_fraction", "iteration_reached", "effect_count"]
+    when: Literal[tuple(RULES)]  # type: ignore[valid-type]  # the kinds of router/supervisor.RULES
     count: Optional[Annotated[int, Field(ge=0)]] = None
     tool: Optional[StrictStr] = None
     gt: Optional[Annotated[float, Field(ge=0, lt=1)]] = None

@@ -4,6 +4,7 @@ in the engine). A missing or empty file fails closed before any model is asked a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass, field
@@ -14,23 +15,14 @@ from .._paths import look_at
 from .._text import clip, listing, quoted
 from ..contract.compiled import Contract, SubagentSpec
 from ..contract.problems import Collector, Problem, did_you_mean
-from ..providers.base import PROVIDERS, Price, Profile
+from ..providers import PROVIDERS, Price, Profile, check_profile
 from ..router.closeout import ENGINE_OUTCOMES
 from ..router.prompts import PromptError, Prompts, read_app_file, read_packaged
-from ..router.supervisor import Rule
+from ..router.supervisor import RULES, Rule
 from ..router.views import ToolView
 from .models import PlanDecl, ProfileDecl, RuleDecl
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: which fields each supervisor rule takes (required, optional)
-RULE_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "tool_repeated": (("count",), ("tool",)),
-    "budget_fraction": (("gt",), ()),
-    "iteration_reached": (("gte",), ()),
-    "effect_count": (("effect", "count"), ()),
-}
-
-
 @dataclass(frozen=True, slots=True)
 class Budget:
     max_iterations: int
@@ -99,10 +91,12 @@ class RoutedSpec:
             out["judge"] = self.supervisor.judge.profile
         return out
 
-    def make_providers(self, env: Mapping[str, str], replay_answers: Any = None) -> dict[str, Any]:
-        """A provider per role. Replay profiles answer from the fixtures read at admission, one
-        shared cursor per fixture; ``replay_answers`` (a ``ReplayAnswers``) overrides them all."""
-        from ..providers.base import make_provider
+    def make_providers(self, env: Mapping[str, str], replay_answers: Any = None,
+                       given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """A provider per role: an instance ``given`` under the profile's provider name, else one
+        made for it. Replay profiles answer from the fixtures read at admission, one shared
+        cursor per fixture; ``replay_answers`` (a ``ReplayAnswers``) overrides them all."""
+        from ..providers import make_provider
         from ..providers.replay import ReplayAnswers
 
         shared = {path: ReplayAnswers(answers, display(path)) for path, answers in self.fixtures.items()}
@@ -111,7 +105,7 @@ class RoutedSpec:
             answers = replay_answers
             if answers is None and profile.provider == "replay" and profile.fixture is not None:
                 answers = shared[profile.fixture]
-            out[role] = make_provider(profile, env=env, plan_dir=self.plan_dir, replay_answers=answers)
+            out[role] = make_provider(profile, env=env, plan_dir=self.plan_dir, replay_answers=answers, given=given)
         return out
 
 
@@ -142,41 +136,20 @@ class _Checker:
     def profile(self, prof: ProfileDecl | None, at: tuple) -> Profile | None:
         if prof is None:
             return None
-        ok = True
         if prof.provider not in PROVIDERS:
             self.add("TL410", f"unknown provider {quoted(prof.provider)}", at + ("provider",),
                      f"use one of: {', '.join(PROVIDERS)}")
             return None
-        if prof.provider != "replay":
-            if prof.model is None or not prof.model.strip():
-                where = at + ("model",) if prof.model is not None else at
-                self.add("TL410", f"provider {quoted(prof.provider)} needs a model", where,
-                         "name the model explicitly, e.g. model: gpt-4.1-mini (models are never defaulted)",
-                         at_key=prof.model is None)
-                ok = False
-            if prof.fixture is not None:
-                self.add("TL410", "'fixture' is only used by provider: replay", at + ("fixture",),
-                         "remove it, or set provider: replay", at_key=True)
-                ok = False
+        ok = True
         if prof.api_key_env is not None and not _ENV_NAME.fullmatch(prof.api_key_env):
             # never quote the value: it may be a key pasted in by mistake
             self.add("TL410", "api_key_env must name an environment variable (letters, digits, '_'), not hold a key",
                      at + ("api_key_env",), "write e.g. api_key_env: OPENAI_API_KEY and export the key in that variable")
             ok = False
-        fixture = None
-        if prof.provider == "replay":
-            if prof.fixture is None:
-                self.add("TL410", "a replay profile needs 'fixture' (recorded answers, as written by runs export)", at,
-                         "add fixture: fixtures/NAME.jsonl (relative to the plan)", at_key=True)
-                ok = False
-            else:
-                fixture = self.resolve(prof.fixture)
-                ok = self.fixture(fixture, prof.fixture, at + ("fixture",)) and ok
-        if not ok:
-            return None
         price = Price(prof.price.input_per_mtok, prof.price.output_per_mtok) if prof.price is not None else None
-        return Profile(prof.provider, prof.model, prof.base_url, prof.api_key_env, prof.temperature,
-                       prof.max_output_tokens, price, fixture)
+        profile = check_profile(Profile(prof.provider, prof.model, prof.base_url, prof.api_key_env, prof.temperature,
+                                        prof.max_output_tokens, price, prof.fixture), at, self)
+        return profile if ok else None
 
     def fixture(self, path: str, given: str, at: tuple) -> bool:
         from ..providers.replay import FixtureError, read_fixture
@@ -295,7 +268,8 @@ class _Checker:
     # -- supervisor and guardrails ----------------------------------------------------------
 
     def rule(self, i: int, r: RuleDecl, action: str | None) -> Rule | None:
-        required, optional = RULE_FIELDS[r.when]
+        kind = RULES[r.when]
+        required, optional = kind.required, kind.optional
         at = ("supervisor", "rules", i)
         ok = True
         for name in required:
@@ -307,8 +281,10 @@ class _Checker:
                 self.add("TL420", f"rule {quoted(r.when)} takes no {quoted(name)}", at + (name,),
                          f"{quoted(r.when)} takes: {', '.join(required + optional)}", at_key=True)
                 ok = False
-        if r.when == "tool_repeated" and r.count is not None and r.count < 1:
-            self.add("TL420", "tool_repeated needs a count of at least 1", at + ("count",), "use 1 or more")
+        rule = Rule(i, r.when, action or "abort", r.count, r.tool, r.gt, r.gte, r.effect)  # type: ignore[arg-type]
+        problem = kind.check(rule)
+        if problem is not None:
+            self.add("TL420", problem[1], at + (problem[0],), problem[2])
             ok = False
         if r.tool is not None and r.tool not in self.sub.tools:
             near = did_you_mean(r.tool, self.sub.tools)
@@ -317,7 +293,7 @@ class _Checker:
             ok = False
         if not ok or action is None:
             return None
-        return Rule(i, r.when, action, r.count, r.tool, r.gt, r.gte, r.effect)  # type: ignore[arg-type]
+        return dataclasses.replace(rule, action=action)
 
     def supervisor(self) -> tuple[SupervisorSpec | None, bool]:
         sv = self.decl.supervisor

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from .._text import excerpt
-from .base import CUT, ModelReply, ModelRequest, ProviderError
+from .base import CUT, ModelReply, ModelRequest, Profile, ProviderError, ProviderKind, check_needs_model
 from ._http import HttpProvider, read_usage, request_model, shown_url
 
 API_VERSION = "2023-06-01"
@@ -50,3 +52,10 @@ class AnthropicProvider(HttpProvider):
             data, where, ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), "output_tokens")
         reply_model = data.get("model") if isinstance(data.get("model"), str) else model
         return ModelReply("".join(parts), input_tokens, output_tokens, reply_model, usage_reported=reported, cut=cut)
+
+
+def _make(profile: Profile, *, env: Mapping[str, str], **_: object) -> AnthropicProvider:
+    return AnthropicProvider(profile, env)
+
+
+KIND = ProviderKind(make=_make, check=check_needs_model)

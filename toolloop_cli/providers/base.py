@@ -24,11 +24,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Mapping, Protocol
+from typing import Callable, Mapping, Protocol
 
 from .._canonical import sha256_of
 
-PROVIDERS = ("openai", "anthropic", "replay")
 ERROR_KINDS = ("connection", "rate_limited", "server", "client", "bad_reply")
 _RETRYABLE = frozenset({"connection", "rate_limited", "server"})
 
@@ -146,50 +145,53 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
     return max(seconds, 0.0)
 
 
-def make_provider(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike | None = None,
-                  replay_answers: Any = None) -> Provider:
-    """The provider a profile names. ``env`` is where API keys are read (at request time);
-    ``plan_dir`` resolves a relative ``fixture``; ``replay_answers`` (a ``ReplayAnswers``)
-    answers a replay profile instead of its fixture, e.g. a recorded run's answers."""
-    if profile.provider == "openai":
-        from .openai import OpenAIProvider
+class ProfileAdmission(Protocol):
+    """What a provider's profile check may use of the admission that calls it."""
 
-        return OpenAIProvider(profile, env)
-    if profile.provider == "anthropic":
-        from .anthropic import AnthropicProvider
+    def add(self, code: str, message: str, path: tuple = (), hint: str = "", at_key: bool = False) -> None:
+        """A finding at ``path`` inside the plan."""
 
-        return AnthropicProvider(profile, env)
-    if profile.provider == "replay":
-        from .replay import ReplayAnswers, ReplayProvider
+    def resolve(self, relative: str) -> str:
+        """A path the plan names, relative to the plan's folder."""
 
-        if replay_answers is None:
-            if profile.fixture is None:
-                raise ValueError("a replay profile needs a fixture, or recorded answers")
-            replay_answers = ReplayAnswers.from_fixture(_resolved(profile.fixture, plan_dir))
-        return ReplayProvider(replay_answers)
-    raise ValueError(f"unknown provider {profile.provider!r} (known: {', '.join(PROVIDERS)})")
+    def fixture(self, path: str, given: str, at: tuple) -> bool:
+        """Read a fixture of recorded answers now (kept for the run); False after a finding."""
 
 
-def make_providers(profiles: Mapping[str, Profile], *, env: Mapping[str, str],
-                   plan_dir: str | os.PathLike | None = None, replay_answers: Any = None) -> dict[str, Provider]:
-    """One provider per named profile (router, final, judge). Replay profiles that name the
-    same fixture share one cursor over it, so one fixture serves every profile in recorded order."""
-    from .replay import ReplayAnswers
+@dataclass(frozen=True, slots=True)
+class ProviderKind:
+    """What a provider module registers: how a provider is made from an admitted profile, and
+    the checks a profile naming it must pass at admission.
 
-    shared: dict[str, Any] = {}
-    out: dict[str, Provider] = {}
-    for name, profile in profiles.items():
-        answers = replay_answers
-        if profile.provider == "replay" and answers is None and profile.fixture is not None:
-            path = _resolved(profile.fixture, plan_dir)
-            if path not in shared:
-                shared[path] = ReplayAnswers.from_fixture(path)
-            answers = shared[path]
-        out[name] = make_provider(profile, env=env, plan_dir=plan_dir, replay_answers=answers)
-    return out
+    ``make(profile, env=, plan_dir=, replay_answers=)``: ``env`` is where API keys are read (at
+    request time), ``plan_dir`` resolves relative paths, ``replay_answers`` a shared cursor
+    over recorded answers. ``check(profile, at, admission)``: the profile as admitted (perhaps
+    with paths resolved), or None after reporting what is wrong through ``admission``."""
+
+    make: Callable[..., Provider]
+    check: Callable[[Profile, tuple, ProfileAdmission], Profile | None]
 
 
-def _resolved(fixture: str, plan_dir: str | os.PathLike | None) -> str:
+def check_needs_model(profile: Profile, at: tuple, admission: ProfileAdmission) -> Profile | None:
+    """The profile check of a provider that asks a named model: ``model`` set, no ``fixture``."""
+    from .._text import quoted
+
+    ok = True
+    if profile.model is None or not profile.model.strip():
+        where = at + ("model",) if profile.model is not None else at
+        admission.add("TL410", f"provider {quoted(profile.provider)} needs a model", where,
+                      "name the model explicitly, e.g. model: gpt-4.1-mini (models are never defaulted)",
+                      at_key=profile.model is None)
+        ok = False
+    if profile.fixture is not None:
+        admission.add("TL410", "'fixture' is only used by provider: replay", at + ("fixture",),
+                      "remove it, or set provider: replay", at_key=True)
+        ok = False
+    return profile if ok else None
+
+
+def resolved(fixture: str, plan_dir: str | os.PathLike | None) -> str:
+    """A fixture path the plan names, resolved against the plan's folder."""
     if plan_dir is None or os.path.isabs(fixture):
         return fixture
     return os.path.join(os.fspath(plan_dir), fixture)

@@ -3,8 +3,10 @@ llama.cpp, Ollama, LM Studio)."""
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from .._text import excerpt
-from .base import CUT, ModelReply, ModelRequest, ProviderError
+from .base import CUT, ModelReply, ModelRequest, Profile, ProviderError, ProviderKind, check_needs_model
 from ._http import HttpProvider, read_usage, request_model, shown_url
 
 
@@ -48,3 +50,10 @@ def _text(content: object) -> str | None:
         parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
         return "".join(parts) if parts else None
     return None
+
+
+def _make(profile: Profile, *, env: Mapping[str, str], **_: object) -> OpenAIProvider:
+    return OpenAIProvider(profile, env)
+
+
+KIND = ProviderKind(make=_make, check=check_needs_model)

@@ -9,10 +9,10 @@ record (receipts, decisions, the summary) is ignored, so an export is a fixture 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Iterable
+from dataclasses import dataclass, replace
+from typing import Any, Iterable, Mapping
 
-from .base import ModelReply, ModelRequest, ProviderError
+from .base import ModelReply, ModelRequest, Profile, ProfileAdmission, ProviderError, ProviderKind, resolved
 
 ROLES = ("router", "final", "judge")
 
@@ -140,3 +140,28 @@ class ReplayProvider:
 
     async def aclose(self) -> None:
         return None
+
+
+def _make(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike | None = None,
+          replay_answers: Any = None) -> ReplayProvider:
+    if replay_answers is None:
+        if profile.fixture is None:
+            raise ValueError("a replay profile needs a fixture, or recorded answers")
+        replay_answers = ReplayAnswers.from_fixture(resolved(profile.fixture, plan_dir))
+    return ReplayProvider(replay_answers)
+
+
+def _check(profile: Profile, at: tuple, admission: ProfileAdmission) -> Profile | None:
+    """A replay profile names a fixture that is read now (its path resolved against the plan's
+    folder); it asks no model, so ``model`` is optional."""
+    if profile.fixture is None:
+        admission.add("TL410", "a replay profile needs 'fixture' (recorded answers, as written by runs export)", at,
+                      "add fixture: fixtures/NAME.jsonl (relative to the plan)", at_key=True)
+        return None
+    path = admission.resolve(profile.fixture)
+    if not admission.fixture(path, profile.fixture, at + ("fixture",)):
+        return None
+    return replace(profile, fixture=path)
+
+
+KIND = ProviderKind(make=_make, check=_check)

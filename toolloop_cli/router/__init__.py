@@ -6,20 +6,57 @@ judge's verdict. It never runs a tool, writes the journal, calls a provider or o
 the engine's routed runner does all of that and consults the router between steps.
 """
 
-from .closeout import ENGINE_OUTCOMES, check_final, final_messages, repair_messages, route_of
-from .decisions import Decision, parse_decision, router_messages
-from .judge import Verdict, judge_messages, parse_verdict
-from .observations import (REJECTION_KINDS, SUMMARY_CHARS, observe_masked, observe_receipt, observe_rejection,
-                           observe_withheld)
-from .prompts import PromptError, Prompts, packaged_prompts, read_app_file, read_prompts
-from .supervisor import Hit, Rule, SupervisorState, check_rules
-from .views import Budgets, LoopView, Malformed, Message, Observation, Step, ToolView, Trajectory, Usage
+from typing import Any
 
-__all__ = [
-    "Budgets", "Decision", "ENGINE_OUTCOMES", "Hit", "LoopView", "Malformed", "Message", "Observation",
-    "PromptError", "Prompts", "REJECTION_KINDS", "Rule", "SUMMARY_CHARS", "Step", "SupervisorState", "ToolView",
-    "Trajectory", "Usage", "Verdict", "check_final", "check_rules", "final_messages", "judge_messages",
-    "observe_masked", "observe_receipt", "observe_rejection", "observe_withheld", "packaged_prompts",
-    "parse_decision", "parse_verdict", "read_app_file", "read_prompts", "repair_messages", "route_of",
-    "router_messages",
-]
+#: public name -> the submodule that holds it, loaded on first use (so importing one submodule,
+#: such as ``supervisor`` for the plan model's rule kinds, loads only that one)
+_WHERE = {
+    "Budgets": "views",
+    "Decision": "decisions",
+    "ENGINE_OUTCOMES": "closeout",
+    "Hit": "supervisor",
+    "LoopView": "views",
+    "Malformed": "views",
+    "Message": "views",
+    "Observation": "views",
+    "PromptError": "prompts",
+    "Prompts": "prompts",
+    "REJECTION_KINDS": "observations",
+    "Rule": "supervisor",
+    "SUMMARY_CHARS": "observations",
+    "Step": "views",
+    "SupervisorState": "supervisor",
+    "ToolView": "views",
+    "Trajectory": "views",
+    "Usage": "views",
+    "Verdict": "judge",
+    "check_final": "closeout",
+    "check_rules": "supervisor",
+    "final_messages": "closeout",
+    "judge_messages": "judge",
+    "observe_masked": "observations",
+    "observe_receipt": "observations",
+    "observe_rejection": "observations",
+    "observe_withheld": "observations",
+    "packaged_prompts": "prompts",
+    "parse_decision": "decisions",
+    "parse_verdict": "judge",
+    "read_app_file": "prompts",
+    "read_prompts": "prompts",
+    "repair_messages": "closeout",
+    "route_of": "closeout",
+    "router_messages": "decisions",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'toolloop_cli.router' has no attribute '{name}'")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
+    globals()[name] = value
+    return value

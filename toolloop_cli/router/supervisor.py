@@ -1,14 +1,9 @@
 """Supervisor rules, evaluated purely: the runner's counters in, the rules that fire out.
 
-Thresholds:
-
-- ``tool_repeated {count: N, tool?}``: the same tool with the same canonical arguments has been
-  proposed N times in the run (rejected duplicates included, not necessarily in a row); with
-  ``tool`` only that tool counts;
-- ``effect_count {effect, count: N}``: more than N calls of that effect have run;
-- ``budget_fraction {gt: F}``: any budget (iterations, tokens, tool calls, time, cost) is more
-  than F used;
-- ``iteration_reached {gte: N}``: the run is at iteration N or later.
+``RULES`` (at the end) is the one table of rule kinds: the fields each takes, the check of its
+values at admission, why it fires (or None) and what it watches. The plan model, admission, the
+runner and the docs read it; a new kind is one entry and its functions, in a module of its own
+if it likes.
 
 A rule fires once per run, unless its action is ``steer``: a steering rule may fire again once
 another turn has passed since it last fired.
@@ -17,17 +12,14 @@ another turn has passed since it last fired.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Mapping
-
-RULE_KINDS = ("tool_repeated", "budget_fraction", "iteration_reached", "effect_count")
-
+from typing import Callable, Literal, Mapping
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One admitted rule; ``index`` is its place in the plan's list (it identifies the rule)."""
 
     index: int
-    when: Literal["tool_repeated", "budget_fraction", "iteration_reached", "effect_count"]
+    when: str  # a kind of ``RULES``
     action: Literal["abort", "pause", "steer"]
     count: int | None = None
     tool: str | None = None
@@ -49,6 +41,8 @@ class SupervisorState:
     fractions: Mapping[str, float] = field(default_factory=dict)
     #: rule index -> the iteration at which it last fired
     fired: Mapping[int, int] = field(default_factory=dict)
+    #: calls that ran, per tool: {"calls": N, "ok": N, "failed": N}
+    per_tool: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,32 +60,80 @@ def check_rules(rules: tuple[Rule, ...] | list[Rule], state: SupervisorState) ->
         last = state.fired.get(rule.index)
         if last is not None and (rule.action != "steer" or state.iteration <= last):
             continue
-        reason = _reason(rule, state)
+        reason = RULES[rule.when].reason(rule, state)
         if reason is not None:
             hits.append(Hit(rule.when, reason, rule.index, rule.action))
     return hits
 
 
-def _reason(rule: Rule, s: SupervisorState) -> str | None:
-    if rule.when == "tool_repeated":
-        assert rule.count is not None
-        for (tool, _), n in sorted(s.proposals.items()):
-            if (rule.tool is None or tool == rule.tool) and n >= rule.count:
-                return f"'{tool}' was proposed {n} times with the same arguments (limit {rule.count})"
-        return None
-    if rule.when == "effect_count":
-        assert rule.count is not None and rule.effect is not None
-        n = s.effects_run.get(rule.effect, 0)
-        return f"{n} {rule.effect} calls have run (more than {rule.count})" if n > rule.count else None
-    if rule.when == "budget_fraction":
-        assert rule.gt is not None
-        for name, used in sorted(s.fractions.items()):
-            if used > rule.gt:
-                return f"{_pct(used)} of the {name} budget is used (more than {_pct(rule.gt)})"
-        return None
+#: a problem with a rule's values at admission: (field, message, hint)
+RuleProblem = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleKind:
+    """A kind of supervisor rule: the fields a plan gives it (``required``, ``optional``), the
+    check of their values at admission (``check``: a problem, or None; it sees the fields as
+    the plan gives them, any of them missing), why it fires now
+    (``reason``: the supervisor record's reason, or None) and what it watches (``doc``)."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    reason: Callable[[Rule, SupervisorState], str | None]
+    doc: str
+    check: Callable[[Rule], RuleProblem | None] = lambda rule: None
+
+    def signature(self) -> str:
+        """The kind as the docs show it, e.g. ``tool_repeated {count, tool?}``."""
+        return "{" + ", ".join(self.required + tuple(f"{name}?" for name in self.optional)) + "}"
+
+
+def _tool_repeated(rule: Rule, s: SupervisorState) -> str | None:
+    # rejected duplicates count too, and the proposals need not be in a row; with ``tool`` only
+    # that tool counts
+    assert rule.count is not None
+    for (tool, _), n in sorted(s.proposals.items()):
+        if (rule.tool is None or tool == rule.tool) and n >= rule.count:
+            return f"'{tool}' was proposed {n} times with the same arguments (limit {rule.count})"
+    return None
+
+
+def _count_at_least_one(rule: Rule) -> RuleProblem | None:
+    if rule.count is not None and rule.count < 1:
+        return "count", f"{rule.when} needs a count of at least 1", "use 1 or more"
+    return None
+
+
+def _effect_count(rule: Rule, s: SupervisorState) -> str | None:
+    assert rule.count is not None and rule.effect is not None
+    n = s.effects_run.get(rule.effect, 0)
+    return f"{n} {rule.effect} calls have run (more than {rule.count})" if n > rule.count else None
+
+
+def _budget_fraction(rule: Rule, s: SupervisorState) -> str | None:
+    # any budget: iterations, tokens, tool calls, time, cost
+    assert rule.gt is not None
+    for name, used in sorted(s.fractions.items()):
+        if used > rule.gt:
+            return f"{_pct(used)} of the {name} budget is used (more than {_pct(rule.gt)})"
+    return None
+
+
+def _iteration_reached(rule: Rule, s: SupervisorState) -> str | None:
     assert rule.gte is not None
     return f"iteration {s.iteration} reached (rule: {rule.gte} or more)" if s.iteration >= rule.gte else None
 
 
 def _pct(fraction: float) -> str:
     return f"{fraction * 100:.4g}%"
+
+
+#: rule kind -> what it takes, checks and says; in the order the plan schema and the docs list them
+RULES: dict[str, RuleKind] = {
+    "tool_repeated": RuleKind(("count",), ("tool",), _tool_repeated, check=_count_at_least_one,
+                              doc="the same tool with the same arguments proposed `count` times"),
+    "budget_fraction": RuleKind(("gt",), (), _budget_fraction, doc="any budget more than the fraction `gt` used"),
+    "iteration_reached": RuleKind(("gte",), (), _iteration_reached, doc="the run at iteration `gte` or later"),
+    "effect_count": RuleKind(("effect", "count"), (), _effect_count,
+                             doc="more than `count` calls of that `effect` have run"),
+}

@@ -20,23 +20,39 @@ caller's cancel scope (``engine/call.py``).
 
 from __future__ import annotations
 
+import importlib
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Iterator, Protocol
+from typing import Any, AsyncIterator, Iterator
 
 from ...contract.compiled import Contract, ToolSpec
 
 
-class Executor(Protocol):
-    name: str
+class Executor:
+    """What every executor is: two steps and the traits the call path acts on (the defaults
+    here; an executor says which it differs in). Subclass it, or give the same attributes."""
+
+    name: str = "executor"
     #: a call cancelled at its timeout is left running (its receipt says ``abandoned: true``)
-    abandons: bool
+    abandons: bool = False
+    #: the callable gets a copy of its arguments of its own anyway (a worker process): the call
+    #: path does not copy them first
+    copies_arguments: bool = False
+    #: the callable runs in the calling task (a trio callable): calls it dispatches run in that
+    #: task too, so the call path opens no nursery for them
+    in_calling_task: bool = False
+    #: the executor takes the tool's ``max_in_flight`` slot with it (``thread.HeldSlot``) and
+    #: gives it back when the callable really ends, so an abandoned call keeps it; otherwise the
+    #: call path gives it back when the attempt ends
+    holds_slot: bool = False
 
     async def prepare(self, tool: ToolSpec, args: dict) -> Any:
         """What the call needs before its deadline starts (a worker process, a task started on a
         cluster); may raise OSError."""
+        return None
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
         """``fn(**args)`` where this executor runs it: its value, or its failure raised."""
+        raise NotImplementedError
 
 
 class WorkerLost(Exception):
@@ -48,6 +64,18 @@ class WorkerLost(Exception):
 
 
 PLACEMENTS = ("local", "ray")
+
+#: executor kind -> the module (in this package) whose ``make(executors)`` gives a run's executor
+#: of that kind, made on first use; ``plan`` executors are installed above this layer
+EXECUTORS: dict[str, str] = {
+    "trio": ".trio_loop",
+    "asyncio": ".asyncio_loop",
+    "thread": ".thread",
+    "process": ".process",
+    "sandbox": ".sandbox",
+    "mcp": ".mcp",
+    "ray": ".ray",
+}
 
 
 def kind_of(tool: ToolSpec, placement: str = "local") -> str:
@@ -62,7 +90,7 @@ def kind_of(tool: ToolSpec, placement: str = "local") -> str:
         return tool.kind
     if tool.is_async:
         return "asyncio" if tool.runtime == "asyncio" else "trio"
-    return tool.isolation if tool.isolation in ("process", "sandbox") else "thread"
+    return tool.isolation if tool.isolation in EXECUTORS else "thread"
 
 
 class Executors:
@@ -98,42 +126,30 @@ class Executors:
             ex = self._by_tool[key] = self._make(kind_of(tool, self.placement))
         return ex
 
+    @property
+    def app_root(self) -> str:
+        return self.contract.app_root
+
+    @property
+    def mcp_sessions(self) -> Any:
+        """The run's MCP sessions; RuntimeError outside ``opened()``."""
+        if self._mcp is None:
+            raise RuntimeError("MCP tools run inside an opened run (Executors.opened)")
+        return self._mcp
+
+    @property
+    def ray_connection(self) -> Any:
+        return self._ray
+
     def _make(self, kind: str) -> Executor:
         ex = self._shared.get(kind)
         if ex is not None:
             return ex
-        if kind == "trio":
-            from .trio_loop import TrioExecutor
-
-            ex = TrioExecutor()
-        elif kind == "asyncio":
-            from .asyncio_loop import AsyncioExecutor
-
-            ex = AsyncioExecutor()
-        elif kind == "thread":
-            from .thread import ThreadExecutor
-
-            ex = ThreadExecutor()
-        elif kind == "process":
-            from .process import ProcessExecutor
-
-            ex = ProcessExecutor(self.contract.app_root, self.output_cap_bytes)
-        elif kind == "sandbox":
-            from .sandbox import SandboxExecutor
-
-            ex = SandboxExecutor(self.contract.app_root, self.output_cap_bytes)
-        elif kind == "plan":
-            raise RuntimeError("plan tools run inside a run that installed its child plans (engine/child_plans.py)")
-        elif kind == "ray":
-            from .ray import RayExecutor
-
-            ex = RayExecutor(self._ray, self.output_cap_bytes)
-        else:
-            if self._mcp is None:
-                raise RuntimeError("MCP tools run inside an opened run (Executors.opened)")
-            from .mcp import McpExecutor
-
-            ex = McpExecutor(self._mcp)
+        module = EXECUTORS.get(kind)
+        if module is None:
+            raise RuntimeError(f"no executor of kind {kind!r} in this run (plan tools run inside a run that installed"
+                               " its child plans: engine/child_plans.py)")
+        ex = importlib.import_module(module, __name__).make(self)
         self._shared[kind] = ex
         return ex
 
@@ -173,5 +189,5 @@ class Executors:
                 yield
             finally:
                 self._mcp = None
-                self._shared.pop("mcp", None)
-                self._by_tool = {k: v for k, v in self._by_tool.items() if v.name != "mcp"}
+                made = self._shared.pop("mcp", None)
+                self._by_tool = {k: v for k, v in self._by_tool.items() if v is not made}

@@ -11,6 +11,7 @@ from typing import Any, Callable, TypeVar
 import trio
 
 from ...contract.compiled import ToolSpec
+from . import Executor
 from .failure import ToolRaised, engine_signal
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -105,14 +106,14 @@ async def run_on_asyncio(fn: Any, args: dict) -> Any:
     return value
 
 
-class AsyncioExecutor:
+class AsyncioExecutor(Executor):
     """An asyncio coroutine on the shared asyncio loop thread."""
 
     name = "asyncio"
-    abandons = False
-
-    async def prepare(self, tool: ToolSpec, args: dict) -> None:
-        return None
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
         return await run_on_asyncio(tool.fn, args)
+
+
+def make(run: object) -> AsyncioExecutor:
+    return AsyncioExecutor()

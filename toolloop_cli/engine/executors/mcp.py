@@ -19,6 +19,7 @@ from ...contract.compiled import ToolSpec
 from ..._text import quoted
 from ...contract.mcp import hide, hide_deep, secrets, server_key, server_name
 from ...contract.mcp_servers import Server, ServerError
+from . import Executor
 
 
 class McpError(Exception):
@@ -108,11 +109,10 @@ def _meta() -> Any:
     return {"toolloop/idempotency_key": ident.idempotency_key}
 
 
-class McpExecutor:
+class McpExecutor(Executor):
     """A tool of an MCP server, called over the run's session with that server."""
 
     name = "mcp"
-    abandons = False
 
     def __init__(self, sessions: McpSessions):
         self.sessions = sessions
@@ -129,3 +129,7 @@ class McpExecutor:
             how = "reached" if tool.mcp.url is not None else "started"
             raise McpError(f"MCP server {quoted(server_name(tool.mcp))} could not be {how}: {prepared}") from None
         return await self.sessions.call(tool, args, prepared)
+
+
+def make(run: Any) -> McpExecutor:
+    return McpExecutor(run.mcp_sessions)

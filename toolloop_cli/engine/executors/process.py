@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 from ...contract.compiled import ToolSpec
+from . import Executor
 
 
-class ProcessExecutor:
+class ProcessExecutor(Executor):
     """``fn(**args)`` in a worker process of the run's pool."""
 
     name = "process"
     abandons = False  # the worker is killed: nothing is left running
+    copies_arguments = True  # they reach the worker as bytes
 
     def __init__(self, app_root: str, output_cap_bytes: int):
         self.app_root = app_root
@@ -43,3 +45,7 @@ class ProcessExecutor:
         shipped = None if ident is None else (ident.run_id, ident.seq, ident.item_key, ident.call_key, ident.attempt,
                                                dict(ident.labels), ident.idempotency_key, ident.receipt_id)
         return await pool.call(worker, tool.ref, args, self.cap, shipped)
+
+
+def make(run: Any) -> ProcessExecutor:
+    return ProcessExecutor(run.app_root, run.output_cap_bytes)

@@ -44,7 +44,7 @@ import trio
 from ..._text import excerpt
 from ...contract.compiled import ToolSpec
 from ...errors import RunError, UsageError
-from . import WorkerLost
+from . import Executor, WorkerLost
 
 INSTALL_LINE = "pip install 'toolloop-cli[ray]'"
 #: how long a cancelled call waits for Ray to report that its task ended
@@ -494,11 +494,12 @@ class _Task:
             await self.done.wait()
 
 
-class RayExecutor:
+class RayExecutor(Executor):
     """``fn(**args)`` as a Ray task on the run's cluster."""
 
     name = "ray"
     abandons = False  # the task's worker is killed at the timeout
+    copies_arguments = True  # they reach the task serialized
 
     def __init__(self, connection: RayConnection, output_cap_bytes: int):
         self.connection = connection
@@ -581,3 +582,7 @@ def _identity() -> dict | None:
 def _error_of(reply: Any) -> BaseException | None:
     """The exception a thread's outcome holds, or None for a value."""
     return getattr(reply, "error", None)
+
+
+def make(run: Any) -> RayExecutor:
+    return RayExecutor(run.ray_connection, run.output_cap_bytes)

@@ -261,3 +261,7 @@ def _under_tmp(paths: list[str]) -> list[str]:
                 path == f or path.startswith(f + "/") for f in found):
             found.append(path)
     return found
+
+
+def make(run: Any) -> SandboxExecutor:
+    return SandboxExecutor(run.app_root, run.output_cap_bytes)

@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from ...contract.compiled import ToolSpec
+from . import Executor
 from .failure import ToolRaised, engine_signal
 
 _thread_limiter: trio.CapacityLimiter | None = None
@@ -69,14 +70,16 @@ async def run_in_thread(fn: Any, args: dict, slot: HeldSlot | None = None) -> An
                                          limiter=limiter)
 
 
-class ThreadExecutor:
+class ThreadExecutor(Executor):
     """``fn(**args)`` in a worker thread of the engine."""
 
     name = "thread"
     abandons = True  # a timed-out thread is left running
-
-    async def prepare(self, tool: ToolSpec, args: dict) -> None:
-        return None
+    holds_slot = True  # ... and keeps the tool's slot until it really ends
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: HeldSlot | None) -> Any:
         return await run_in_thread(tool.fn, args, slot)
+
+
+def make(run: object) -> ThreadExecutor:
+    return ThreadExecutor()

@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from ...contract.compiled import ToolSpec
+from . import Executor
 from .failure import ToolRaised, engine_signal
 
 _TRIO_DIR = os.path.dirname(trio.__file__) + os.sep
@@ -31,14 +32,11 @@ def _not_the_tools(exc: BaseException) -> bool:
     return False
 
 
-class TrioExecutor:
+class TrioExecutor(Executor):
     """``await fn(**args)`` in the calling task."""
 
     name = "trio"
-    abandons = False
-
-    async def prepare(self, tool: ToolSpec, args: dict) -> None:
-        return None
+    in_calling_task = True
 
     async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
         failure: ToolRaised | None = None
@@ -51,3 +49,7 @@ class TrioExecutor:
                 raise
             failure = ToolRaised.of(exc)
         raise failure  # outside the handler: the App's exception and its frames are not kept
+
+
+def make(run: object) -> TrioExecutor:
+    return TrioExecutor()
