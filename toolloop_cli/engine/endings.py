@@ -54,17 +54,6 @@ def timeout_why(budget: Any, during: str | None = None) -> str:
     return f"{text} {during}" if during else text
 
 
-def budget_why(budget: Any, state: Any, *, child: bool) -> str:
-    """``budget_exceeded``: the budget spent and its limit (a child run: its parent's budget)."""
-    if state.tokens >= budget.max_tokens:
-        return f"the run used {state.tokens} tokens of its max_tokens {budget.max_tokens}"
-    if budget.max_cost_usd is not None and (state.cost_usd or 0.0) >= budget.max_cost_usd:
-        return f"the run spent {state.cost_usd or 0.0:.6g} US dollars of its max_cost_usd {budget.max_cost_usd:g}"
-    if child:
-        return "the parent run's budget is spent (its children's tokens and cost count toward it)"
-    return "the run's budget is spent"
-
-
 def quoted(text: Any) -> str:
     """A model's or an operator's words inside a message: bounded, control characters escaped."""
     return excerpt(text if isinstance(text, str) else str(text), QUOTED_CHARS)

@@ -34,10 +34,10 @@ from ..receipts import Receipt
 from ..router.closeout import check_final, final_messages, repair_messages, route_of
 from ..router.decisions import Decision, parse_decision, router_messages
 from ..router.observations import observe_masked, observe_receipt, observe_rejection, observe_withheld
-from ..router.views import Budgets, LoopView, Malformed, Observation, Step
+from ..router.views import LoopView, Malformed, Observation, Step
 from .call import execute_call, not_run_receipt
 from .child_runs import ChildPaused
-from .endings import InFlight, budget_why, cut_short_receipt, error_of, quoted, timeout_why
+from .endings import InFlight, cut_short_receipt, error_of, quoted, timeout_why
 from .gates import Refuse, Wait, check_call
 from ..providers.base import CUT
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
@@ -47,6 +47,7 @@ from .guardrails import check_observation
 from .redact import RunSecrets, scrub_record
 from .session import RunnerEnd, RunSession
 from .loopstate import LoopState
+from .budget import BudgetLedger
 from .supervision import Supervision
 
 #: replies in a row that hold no valid decision before the loop ends ``malformed_output``
@@ -72,10 +73,12 @@ class RoutedRunner:
         self.plan = plan
         self.spec = plan.routed
         self.recording = recording
-        self.parent_budget = parent_budget  # the parent loop's ledger, for a child run
         self.contract_changed = contract_changed  # resumed with --accept-contract-change
         self.env = os.environ if env is None else env
-        self.state = LoopState(seconds_used=recording.seconds_used if recording else 0.0)
+        self.state = LoopState()
+        # what the run has spent; a child run's spend counts toward its parent loop's ledger too
+        self.ledger = BudgetLedger(self.spec.budget, parent=parent_budget,
+                                   seconds_used=recording.seconds_used if recording else 0.0)
         self.observations: list[Observation] = []
         self.steer: list[str] = []
         self.ran: set[tuple[str, str]] = set()  # (tool, args hash) of calls that went through the gate
@@ -122,7 +125,7 @@ class RoutedRunner:
 
     async def __call__(self, session: RunSession) -> RunnerEnd:
         self.session = session
-        session.ctx.services.budget = self  # child runs and dispatched calls check and charge it
+        session.ctx.services.budget = self.ledger  # child runs and dispatched calls check and charge it
         rec = self.recording
         recorded: Any = rec.answers if rec is not None else ()
         if rec is not None and rec.replay:  # every profile answers from the recording: no network, no key
@@ -140,9 +143,7 @@ class RoutedRunner:
         settlement = session.settlement
         settlement.observers.append(self._handed)  # type: ignore[union-attr]
         settlement.record_observers.append(self._handed)  # type: ignore[union-attr]
-        budget = self.spec.budget
-        self.deadline = trio.current_time() + max(0.0, budget.timeout_s - self.state.seconds_used)
-        self.t0 = trio.current_time()
+        self.deadline = self.ledger.start()
         outcome, final, why = "timeout", None, None
         try:
             with trio.CancelScope(deadline=self.deadline) as scope:
@@ -204,7 +205,7 @@ class RoutedRunner:
     def _end(self, outcome: str | None, final: Any, why: str | None = None) -> RunnerEnd:
         status = {"final": "ok", "paused": "stopped", None: "interrupted"}.get(outcome, "failed")
         summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
-                   "loop": self.state.summary(self.models.count),
+                   "loop": self.state.summary(self.models.count, self.ledger),
                    "error": error_of(outcome, self.scrubbed(why) if why else why)}
         if self.contract_changed:
             summary["contract_changed"] = True
@@ -229,9 +230,6 @@ class RoutedRunner:
         if self._scope is not None:
             self._scope.cancel()
 
-    def seconds_spent(self) -> float:
-        return self.state.seconds_used + (trio.current_time() - self.t0)
-
     def scrubbed(self, text: str) -> str:
         return self._secrets.text(text)
 
@@ -246,30 +244,21 @@ class RoutedRunner:
             "tool": tool, "action": action, "reason": reason})
 
     def _check_budgets(self, *, before_router: bool) -> None:
-        b, s = self.spec.budget, self.state
-        if before_router and s.iterations >= b.max_iterations:
-            raise _End("max_iterations", why=f"the router took its {b.max_iterations} turns (max_iterations)"
-                                             " without a final answer")
-        if s.tokens >= b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) >= b.max_cost_usd):
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+        if before_router and self.ledger.turns_used():
+            raise _End("max_iterations", why=f"the router took its {self.spec.budget.max_iterations} turns"
+                                             " (max_iterations) without a final answer")
+        if self.ledger.spent():
+            raise _End("budget_exceeded", why=self.ledger.exceeded_why())
 
-    def _overspent(self) -> bool:
-        b, s = self.spec.budget, self.state
-        return s.tokens > b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) > b.max_cost_usd)
-
-    def budgets(self) -> Budgets:
-        b, s = self.spec.budget, self.state
-        return Budgets(
-            iterations_left=max(0, b.max_iterations - s.iterations), tokens_left=max(0, b.max_tokens - s.tokens),
-            tool_calls_left=max(0, b.max_tool_calls - s.tool_calls),
-            seconds_left=max(0.0, self.deadline - trio.current_time()),
-            cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (s.cost_usd or 0.0)),
-        )
+    def _if_overspent(self) -> None:
+        """A request that took the run past its tokens or dollars ends the loop."""
+        if self.ledger.overspent():
+            raise _End("budget_exceeded", why=self.ledger.exceeded_why())
 
     def _view(self) -> LoopView:
         spec = self.spec
         return LoopView(goal=spec.goal, context=spec.context, instructions=spec.instructions, tools=spec.tool_views,
-                        observations=tuple(self.observations), budgets=self.budgets(), steer=tuple(self.steer),
+                        observations=tuple(self.observations), budgets=self.ledger.left(), steer=tuple(self.steer),
                         outcomes=spec.outcomes)
 
     def _handed(self, _record: Any) -> None:
@@ -282,60 +271,28 @@ class RoutedRunner:
             self._unsynced = False
             await trio.to_thread.run_sync(self.session.journal.sync)
         profile = self.spec.profiles()[role]
-        left = self.tokens_left()
-        cost_left = self.cost_left()
-        if left <= 0 or cost_left == 0.0:  # a parent's budget spent by its children ends a child
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+        ledger = self.ledger
+        if ledger.exhausted():  # a parent's budget spent by its children ends a child
+            raise _End("budget_exceeded", why=ledger.exceeded_why())
+        left = ledger.tokens_left()
         cap = min(profile.max_output_tokens, left) if profile.max_output_tokens else left
-        turn = self.state.iterations + 1 if role == "router" else self.state.iterations
+        turn = ledger.iterations + 1 if role == "router" else ledger.iterations
         answer = await self.models.ask(role, profile, messages, deadline=self.deadline, max_tokens=cap, turn=turn,
-                                       cost_budget=cost_left is not None)
+                                       cost_budget=ledger.cost_left() is not None)
         r = answer.reply
         cost = profile.price.cost(r.input_tokens, r.output_tokens) if profile.price is not None else None
-        self.state.charge(role, r.input_tokens, r.output_tokens, cost)
-        if self.parent_budget is not None:
-            self.parent_budget.charge_child(r.input_tokens, r.output_tokens, cost)
+        ledger.charge_request(role, r.input_tokens, r.output_tokens, cost)
         return answer
 
-    # -- the budget ledger: what child runs and dispatched calls check and charge -------------------
-
-    def tokens_left(self) -> int:
-        """Tokens this run may still spend: its own budget, capped by its parent's."""
-        own = self.spec.budget.max_tokens - self.state.tokens
-        return min(own, self.parent_budget.tokens_left()) if self.parent_budget is not None else own
-
-    def cost_left(self) -> float | None:
-        """Dollars this run may still spend (None: no cost budget anywhere above it)."""
-        b = self.spec.budget
-        own = None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.state.cost_usd or 0.0))
-        above = self.parent_budget.cost_left() if self.parent_budget is not None else None
-        if own is None:
-            return above
-        return own if above is None else min(own, above)
-
-    def charge_child(self, input_tokens: int, output_tokens: int, cost: float | None) -> None:
-        """A child run spent this: it counts toward this run's budgets (and its parent's)."""
-        self.state.charge("children", input_tokens, output_tokens, cost)
-        if self.parent_budget is not None:
-            self.parent_budget.charge_child(input_tokens, output_tokens, cost)
-
-    def take_tool_call(self) -> bool:
-        """A dispatched call takes one of the run's tool calls, if any is left."""
-        if self.state.tool_calls >= self.spec.budget.max_tool_calls:
-            return False
-        self.state.tool_calls += 1
-        return True
-
     async def _turn(self) -> None:
-        turn = self.state.iterations + 1
+        turn = self.ledger.iterations + 1
         why = self.supervision.read_controls(turn, live=not self.models.will_reuse("router"))
         if why is not None:
             raise _End("aborted", why=why)
         view = self._view()
         self.steer = []
         answer = await self.ask("router", router_messages(view, self.spec.prompts))
-        self.state.iterations += 1
-        it = self.state.iterations
+        it = self.ledger.count_turn()
         await self._decide(it, answer)
         ended = await self.supervision.after_turn(it)
         if ended is not None:
@@ -347,9 +304,9 @@ class RoutedRunner:
             decision = Malformed(f"the reply was {CUT}; {decision.why}")
         if isinstance(decision, Decision) and decision.action == "call":
             self.supervision.proposed(decision.tool, sha256_of(decision.args) if decision.args is not None else None)
-        if self._overspent():
+        if self.ledger.overspent():
             self._record_decision(it, decision, answer, rejected=None)
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+            raise _End("budget_exceeded", why=self.ledger.exceeded_why())
         if isinstance(decision, Malformed):
             self.supervision.step(Step(it, "malformed", reason=decision.why))
             self._reject(it, decision, answer, None, "malformed", decision.why)
@@ -388,7 +345,7 @@ class RoutedRunner:
             return "invalid_args", f"the arguments fail the input schema of '{tool.id}': {problem}"
         if (tool.id, sha256_of(decision.args)) in self.ran:
             return "duplicate", f"'{tool.id}' already ran with these exact arguments in this run"
-        if self.state.tool_calls >= self.spec.budget.max_tool_calls:
+        if self.ledger.tool_calls_left() <= 0:
             return "over_budget", f"the run's tool-call budget ({self.spec.budget.max_tool_calls}) is used up"
         if tool.max_calls is not None and self.session.ctx.ledger.made(tool.id) >= tool.max_calls:
             return "over_budget", f"'{tool.id}' has made its max_calls ({tool.max_calls}) in this run"
@@ -440,7 +397,7 @@ class RoutedRunner:
     def _count(self, tool: Any, args: dict, receipt: Receipt) -> None:
         """A settled (or kept) receipt of this loop, counted where the summary's ``loop`` looks."""
         self.ran.add((tool.id, sha256_of(args)))
-        self.state.tool_calls += 1
+        self.ledger.count_tool_call()
         self.state.ran(tool.id, receipt.status)
         if receipt.attempts > 0 or receipt.cache == "hit":
             self.supervision.ran(tool.effect)
@@ -605,8 +562,7 @@ class RoutedRunner:
         spec = self.spec
         messages = final_messages(self._view(), spec.final_schema, spec.prompts)
         answer = await self.ask("final", messages)
-        if self._overspent():
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+        self._if_overspent()
         final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
         if errors is None:
             return await self._guard_final(final)
@@ -614,8 +570,7 @@ class RoutedRunner:
         self._check_budgets(before_router=False)
         self._controls_before_final()
         answer = await self.ask("final", repair_messages(messages, answer.reply.text, errors, spec.prompts))
-        if self._overspent():
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+        self._if_overspent()
         final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
         if errors is None:
             return await self._guard_final(final)
@@ -624,7 +579,7 @@ class RoutedRunner:
                                       + quoted("; ".join(errors)))
 
     def _controls_before_final(self) -> None:
-        it = self.state.iterations
+        it = self.ledger.iterations
         why = self.supervision.read_controls(it, live=not self.models.will_reuse("final"), shown=False)
         if why is not None:
             raise _End("aborted", why=why)
@@ -637,7 +592,7 @@ class RoutedRunner:
     async def _guard_final(self, final: Any) -> Any:
         act = await guard_final(self.spec.final_guards, final)
         if act is not None:
-            self._record_guard(self.state.iterations, act.guard, None, act.action, act.reason)
+            self._record_guard(self.ledger.iterations, act.guard, None, act.action, act.reason)
             raise _End("guardrail_violation", why=f"the final-answer guard {act.guard} blocked the answer: "
                                                   f"{quoted(act.reason or 'blocked')}")
         return final

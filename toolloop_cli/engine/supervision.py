@@ -18,7 +18,7 @@ import trio
 
 from ..router.judge import judge_messages, parse_verdict
 from ..router.supervisor import SupervisorState, check_rules
-from ..router.views import Malformed, Step, Trajectory, Usage
+from ..router.views import Malformed, Step, Trajectory
 from ..providers.base import CUT
 from .endings import quoted
 from .controls import control_holds
@@ -116,7 +116,7 @@ class Supervision:
         have, and each is recorded as having come too late (so nothing an operator sent vanishes)."""
         runner = self.runner
         store, run_id = runner.session.store, runner.session.run_id
-        it = runner.state.iterations
+        it = runner.ledger.iterations
         for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
             self.controls_seen = n + 1
             if consumed_at is not None or not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
@@ -128,25 +128,12 @@ class Supervision:
 
     # -- rules and the judge -----------------------------------------------------------------
 
-    def _fractions(self) -> dict[str, float]:
-        r = self.runner
-        b, s = r.spec.budget, r.state
-        out = {
-            "iterations": s.iterations / b.max_iterations,
-            "tokens": s.tokens / b.max_tokens,
-            "tool_calls": s.tool_calls / b.max_tool_calls if b.max_tool_calls else 0.0,
-            "time": r.seconds_spent() / b.timeout_s,
-        }
-        if b.max_cost_usd:
-            out["cost"] = (s.cost_usd or 0.0) / b.max_cost_usd
-        return out
-
     async def after_turn(self, iteration: int) -> Ending | None:
         """Rules, then the judge when due; returns how the loop ends, or None."""
         if self.spec is None:
             return None
         state = SupervisorState(iteration=iteration, proposals=dict(self.proposals), effects_run=dict(self.effects_run),
-                                fractions=self._fractions(), fired=dict(self.fired))
+                                fractions=self.runner.ledger.fractions(), fired=dict(self.fired))
         for hit in check_rules(self.spec.rules, state):
             self.fired[hit.rule_index] = iteration
             ended = self._act(iteration, hit.rule_name, hit.action, hit.reason)
@@ -171,13 +158,11 @@ class Supervision:
 
     async def _judge(self, iteration: int, judge: Any) -> Ending | None:
         r = self.runner
-        s = r.state
         why = self.read_controls(iteration + 1, live=not r.models.will_reuse("judge"), iteration=iteration)
         if why is not None:  # operators are read before every model request, the judge's too
             return "aborted", why
         trajectory = Trajectory(goal=r.spec.goal, steps=tuple(self.steps),
-                                used=Usage(s.iterations, s.tokens, s.tool_calls, r.seconds_spent(), s.cost_usd),
-                                left=r.budgets())
+                                used=r.ledger.usage(), left=r.ledger.left())
         try:
             answer = await r.ask("judge", judge_messages(judge.prompt, trajectory, r.spec.prompts))
         except ProviderFailed as exc:
