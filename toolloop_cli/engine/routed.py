@@ -42,6 +42,7 @@ from .gates import Refuse, Wait, check_call
 from ..providers.base import CUT
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
+from .rerun import IN_FLIGHT
 from .guardrails import check_final as guard_final
 from .guardrails import check_observation
 from .redact import RunSecrets, scrub_record
@@ -452,9 +453,7 @@ class RoutedRunner:
                                       approval=verdict.approval)
         elif self._in_flight_write(seq, tool):
             receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
-                                      status="interrupted", message=(
-                                          "this write was in flight when the run stopped, so it may or may not have"
-                                          " happened; run it again on purpose with --retry-interrupted"))
+                                      status="interrupted", message=IN_FLIGHT)
         else:
             self._current = InFlight(it, tool, verdict.args, seq, verdict.approval)
             paused = None
