@@ -25,6 +25,16 @@ QUOTED_CHARS = 300
 NO_ERROR = ("final", "paused")
 
 
+class LoopEnd(Exception):
+    """The loop ends with this outcome (and, for ``final``, the validated answer); ``why`` says
+    why in a person's words (the summary's ``error``)."""
+
+    def __init__(self, outcome: str, final: Any = None, why: str | None = None):
+        self.outcome = outcome
+        self.final = final
+        self.why = why
+
+
 @dataclass
 class InFlight:
     """A routed call between its gate and its receipt."""

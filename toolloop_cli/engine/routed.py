@@ -31,21 +31,22 @@ import trio
 from .._canonical import sha256_of
 from ..plan.admit import AdmittedPlan
 from ..receipts import Receipt
-from ..router.closeout import check_final, final_messages, repair_messages, route_of
+from ..router.closeout import route_of
 from ..router.decisions import Decision, parse_decision, router_messages
 from ..router.observations import observe_masked, observe_receipt, observe_rejection, observe_withheld
 from ..router.views import LoopView, Malformed, Observation, Step
 from .call import execute_call, not_run_receipt
 from .child_runs import ChildPaused
-from .endings import InFlight, cut_short_receipt, error_of, quoted, timeout_why
-from .gates import Refuse, Wait, check_call
+from .endings import InFlight, LoopEnd, cut_short_receipt, error_of, quoted, timeout_why
+from .final_answer import FinalAnswer
+from .gates import Refuse, Wait, check_call, proposal_problem
 from ..providers.base import CUT
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
 from .rerun import IN_FLIGHT
-from .guardrails import check_final as guard_final
 from .guardrails import check_observation
 from .redact import RunSecrets, scrub_record
+from .handle import RunHandle
 from .session import RunnerEnd, RunSession
 from .loopstate import LoopState
 from .budget import BudgetLedger
@@ -55,17 +56,10 @@ from .supervision import Supervision
 MALFORMED_LIMIT = 3
 
 
-class _End(Exception):
-    """The loop ends with this outcome (and, for ``final``, the validated answer); ``why`` says
-    why in a person's words (the summary's ``error``)."""
-
-    def __init__(self, outcome: str, final: Any = None, why: str | None = None):
-        self.outcome = outcome
-        self.final = final
-        self.why = why
+_End = LoopEnd
 
 
-class RoutedRunner:
+class RoutedRunner(FinalAnswer):
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
@@ -124,9 +118,9 @@ class RoutedRunner:
 
     # -- the loop ----------------------------------------------------------------------------------
 
-    async def __call__(self, session: RunSession) -> RunnerEnd:
-        self.session = session
-        session.ctx.services.budget = self.ledger  # child runs and dispatched calls check and charge it
+    async def __call__(self, run: RunHandle) -> RunnerEnd:
+        self.handle = run
+        run.ctx.services.budget = self.ledger  # child runs and dispatched calls check and charge it
         rec = self.recording
         recorded: Any = rec.answers if rec is not None else ()
         if rec is not None and rec.replay:  # every profile answers from the recording: no network, no key
@@ -137,26 +131,20 @@ class RoutedRunner:
             recorded = ()
         else:
             providers = self.spec.make_providers(self.env)
-        self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
-                                 rng=session.ctx.services.rng, warn=session.options.on_warning,
-                                 on_answer=session.telemetry.chat if session.telemetry is not None else None)
-        self._note_starts(session)
-        settlement = session.settlement
-        settlement.observers.append(self._handed)  # type: ignore[union-attr]
-        settlement.record_observers.append(self._handed)  # type: ignore[union-attr]
+        self.models = ModelCalls(providers, run_id=run.run_id, journal=self._journal_answer, recorded=recorded,
+                                 rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer)
+        self._note_starts(run)
+        run.watch(self._handed)
         self.deadline = self.ledger.start()
         outcome, final, why = "timeout", None, None
         try:
-            with trio.CancelScope(deadline=self.deadline) as scope:
+            # a signal cancels the loop
+            with trio.CancelScope(deadline=self.deadline) as scope, run.cancelled_by_signals(scope):
                 self._scope = scope
-                session.state.in_flight.add(scope)  # a signal cancels the loop
-                if session.state.interrupted:  # one came while the run started: no model is asked
+                if run.interrupted:  # one came while the run started: no model is asked
                     scope.cancel()
-                try:
-                    outcome, final, why = await self._loop()
-                finally:
-                    session.state.in_flight.discard(scope)
-            if session.state.interrupted:
+                outcome, final, why = await self._loop()
+            if run.interrupted:
                 outcome, final = None, None  # a signal: the run is resumable, no outcome yet
             elif self.supervision.aborted is not None:  # an operator's abort while a call ran
                 outcome, final, why = "aborted", None, self.supervision.aborted
@@ -170,13 +158,13 @@ class RoutedRunner:
                     await p.aclose()
         if outcome not in (None, "paused"):
             self.supervision.late_controls(outcome)
-        session.store.set_total_calls(session.run_id, self.seq)
+        run.set_total_calls(self.seq)
         return self._end(outcome, final, why)
 
-    def _note_starts(self, session: RunSession) -> None:
+    def _note_starts(self, run: RunHandle) -> None:
         """Remember which calls began their first attempt: a write cut short after that may have
         happened (``interrupted``), one cut short before it did not (``cancelled``)."""
-        services = session.ctx.services
+        services = run.ctx.services
         inner = services.before_start
 
         def before_start(info: tuple) -> None:
@@ -196,8 +184,8 @@ class RoutedRunner:
             how = "an operator aborted the run"
         else:
             how = timeout_why(self.spec.budget)
-        receipt = cut_short_receipt(self.session.ctx, call, started=call.seq in self._started, why=how)
-        self.session.settlement.settle(receipt)  # type: ignore[union-attr]
+        receipt = cut_short_receipt(self.handle.ctx, call, started=call.seq in self._started, why=how)
+        self.handle.settle(receipt)
         self._count(call.tool, call.args, receipt)
         if outcome == "timeout":
             return f"{how} while '{call.tool.id}' was running (its receipt is {receipt.status})"
@@ -223,7 +211,7 @@ class RoutedRunner:
             return "timeout", None, timeout_why(self.spec.budget, str(exc))
         except ProviderFailed as exc:
             message = self.scrubbed(str(exc))
-            self.session.ctx.emit_audit("provider_failed", error=message)
+            self.handle.ctx.emit_audit("provider_failed", error=message)
             return "provider_error", None, message
 
     def cancel_loop(self) -> None:
@@ -235,13 +223,13 @@ class RoutedRunner:
         return self._secrets.text(text)
 
     def record_supervisor(self, iteration: int, rule: str, action: str, reason: str) -> None:
-        self.session.settlement.record({  # type: ignore[union-attr]
-            "type": "supervisor", "run_id": self.session.run_id, "iteration": iteration, "rule": rule,
+        self.handle.record({
+            "type": "supervisor", "run_id": self.handle.run_id, "iteration": iteration, "rule": rule,
             "action": action, "reason": reason})
 
     def _record_guard(self, iteration: int, guard: str, tool: str | None, action: str, reason: str | None) -> None:
-        self.session.settlement.record({  # type: ignore[union-attr]
-            "type": "guardrail", "run_id": self.session.run_id, "iteration": iteration, "guard": guard,
+        self.handle.record({
+            "type": "guardrail", "run_id": self.handle.run_id, "iteration": iteration, "guard": guard,
             "tool": tool, "action": action, "reason": reason})
 
     def _check_budgets(self, *, before_router: bool) -> None:
@@ -270,7 +258,7 @@ class RoutedRunner:
         # a call whose result a recorded answer has seen
         if self._unsynced:
             self._unsynced = False
-            await trio.to_thread.run_sync(self.session.journal.sync)
+            await self.handle.synced()
         profile = self.spec.profiles()[role]
         ledger = self.ledger
         if ledger.exhausted():  # a parent's budget spent by its children ends a child
@@ -339,18 +327,8 @@ class RoutedRunner:
         if tool is None:
             return "unknown_tool", (f"'{decision.tool}' is not one of the tools you may call: "
                                     f"{', '.join(self.spec.tools)}")
-        from .gates import input_problem
-
-        problem = input_problem(tool, decision.args, skip_marked=withheld)
-        if problem is not None:
-            return "invalid_args", f"the arguments fail the input schema of '{tool.id}': {problem}"
-        if (tool.id, sha256_of(decision.args)) in self.ran:
-            return "duplicate", f"'{tool.id}' already ran with these exact arguments in this run"
-        if self.ledger.tool_calls_left() <= 0:
-            return "over_budget", f"the run's tool-call budget ({self.spec.budget.max_tool_calls}) is used up"
-        if tool.max_calls is not None and self.session.ctx.ledger.made(tool.id) >= tool.max_calls:
-            return "over_budget", f"'{tool.id}' has made its max_calls ({tool.max_calls}) in this run"
-        return None
+        return proposal_problem(self.handle.ctx, tool, decision.args, withheld=withheld,
+                                ran_before=(tool.id, sha256_of(decision.args)) in self.ran)
 
     def _reject(self, it: int, decision: Decision | Malformed, answer: Any, tool: str | None, kind: str,
                 why: str) -> None:
@@ -406,27 +384,27 @@ class RoutedRunner:
     async def _receipt(self, it: int, tool: Any, args: dict, *, withheld: bool = False) -> Receipt:
         """The call's receipt: kept from the journal (resume), or from the gates and the call;
         ``interrupted`` when its arguments held a redacted value the journal withheld."""
-        session = self.session
+        run = self.handle
         seq = self.seq
         kept = self._kept(seq, tool)
         if kept is not None:
             self.seq += 1
-            session.settlement.keep(kept)  # type: ignore[union-attr]
+            run.keep(kept)
         else:
             kept = self._replayed(seq, tool, it)
             if kept is not None:
                 self.seq += 1
-                session.settlement.settle(kept)  # type: ignore[union-attr]
+                run.settle(kept)
         if kept is not None:
             self._count(tool, args, kept)
             return kept
         if withheld:
             self.seq += 1
-            receipt = not_run_receipt(session.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
+            receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
                                       status="interrupted", message=(
                                           "its arguments held a value the model proposed for a redacted field, which"
                                           " the journal never stores, so the call cannot be rebuilt from it"))
-            session.settlement.settle(receipt)  # type: ignore[union-attr]
+            run.settle(receipt)
             self._count(tool, args, receipt)
             return receipt
         if not self.models.replaying and self.supervision.abort_waiting():
@@ -440,11 +418,11 @@ class RoutedRunner:
     async def _run_gated(self, it: int, tool: Any, args: dict) -> Receipt:
         """The gates, then the call; its receipt settled and counted before anything else can end
         the loop (an abort read while it runs cancels it, and ``_cut_short`` gives it its receipt)."""
-        session, ctx = self.session, self.session.ctx
+        run, ctx = self.handle, self.handle.ctx
         seq, call_key = self.seq, str(it)
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
         if isinstance(verdict, Wait):
-            session.state.paused.append((None, call_key, None))
+            run.pause(None, call_key)
             raise _End("paused")
         self.seq += 1
         if isinstance(verdict, Refuse):
@@ -468,15 +446,15 @@ class RoutedRunner:
                     paused = exc
                 else:  # settled before the nursery closes: an abort read now cannot lose it
                     self._current = None
-                    session.settlement.settle(receipt)  # type: ignore[union-attr]
+                    run.settle(receipt)
                     self._count(tool, args, receipt)
                 nursery.cancel_scope.cancel()
             if paused is not None:
                 self._current = None
-                session.state.paused.append((None, call_key, paused.child_run_id))
+                run.pause(None, call_key, paused.child_run_id)
                 raise _End("paused")
             return receipt
-        session.settlement.settle(receipt)  # type: ignore[union-attr]
+        run.settle(receipt)
         self._count(tool, args, receipt)
         return receipt
 
@@ -487,7 +465,7 @@ class RoutedRunner:
         rec = self.recording.replayed_receipt(seq, tool)
         if rec is None:
             return None
-        ctx = self.session.ctx
+        ctx = self.handle.ctx
         return Receipt.from_record({**rec, "run_id": ctx.run_id, "receipt_id": ctx.sequence.new_receipt_id(),
                                     "completion_seq": ctx.sequence.next_completion(), "iteration": it})
 
@@ -502,12 +480,12 @@ class RoutedRunner:
         if not isinstance(decision, Decision) or decision.args is None:
             return None
         tool = self._tool(decision.tool)
-        return self.session.ctx.redactor(tool).apply(decision.args) if tool is not None else decision.args
+        return self.handle.ctx.redactor(tool).apply(decision.args) if tool is not None else decision.args
 
     def _record_decision(self, it: int, decision: Decision | Malformed, answer: Any, *, rejected: str | None) -> None:
         is_decision = isinstance(decision, Decision)
         rec = {
-            "type": "decision", "run_id": self.session.run_id, "iteration": it,
+            "type": "decision", "run_id": self.handle.run_id, "iteration": it,
             "action": decision.action if is_decision else None,
             "tool": decision.tool if is_decision else None,
             "args": self._shown_args(decision),
@@ -516,7 +494,7 @@ class RoutedRunner:
             "tokens": {"input": answer.reply.input_tokens, "output": answer.reply.output_tokens},
             "model": answer.reply.model, "duration_ms": answer.duration_ms,
         }
-        self.session.settlement.record(rec)  # type: ignore[union-attr]
+        self.handle.record(rec)
 
     def _journal_answer(self, rec: dict) -> None:
         """Journal a model's answer with no secret in it: the values it proposes for a tool's
@@ -525,7 +503,7 @@ class RoutedRunner:
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
             rec = {**rec, "text": self._without_proposed_secrets(rec["text"])}
-        self.session.store.put_model_answer(scrub_record(rec, self._secrets))
+        self.handle.model_answer(scrub_record(rec, self._secrets))
 
     def _without_proposed_secrets(self, text: str) -> str:
         decision = parse_decision(text)
@@ -534,7 +512,7 @@ class RoutedRunner:
         tool = self._tool(decision.tool)
         if tool is None:
             return text
-        red = self.session.ctx.redactor(tool)
+        red = self.handle.ctx.redactor(tool)
         proposed = red.secrets(decision.args)
         if not proposed:
             return text
@@ -549,49 +527,4 @@ class RoutedRunner:
         cannot be rebuilt (its arguments came from the model)."""
         recorded = answer.recorded or (self.recording is not None and self.recording.replay)
         tool = self._tool(decision.tool)
-        return recorded and tool is not None and self.session.ctx.redactor(tool).marked(decision.args)
-
-    # -- closeout ----------------------------------------------------------------------------------
-
-    async def _closeout(self) -> Any:
-        """The final profile writes the answer from the evidence; one repair, then parse_error.
-        Operators' controls are read before each of its requests: an abort there is honoured."""
-        self._check_budgets(before_router=False)
-        self._controls_before_final()
-        spec = self.spec
-        messages = final_messages(self._view(), spec.final_schema, spec.prompts)
-        answer = await self.ask("final", messages)
-        self._if_overspent()
-        final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
-        if errors is None:
-            return await self._guard_final(final)
-        errors = self._if_cut(answer, errors)
-        self._check_budgets(before_router=False)
-        self._controls_before_final()
-        answer = await self.ask("final", repair_messages(messages, answer.reply.text, errors, spec.prompts))
-        self._if_overspent()
-        final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
-        if errors is None:
-            return await self._guard_final(final)
-        errors = self._if_cut(answer, errors)
-        raise _End("parse_error", why="the final answer failed its checks after one repair: "
-                                      + quoted("; ".join(errors)))
-
-    def _controls_before_final(self) -> None:
-        it = self.ledger.iterations
-        why = self.supervision.read_controls(it, live=not self.models.will_reuse("final"), shown=False)
-        if why is not None:
-            raise _End("aborted", why=why)
-
-    @staticmethod
-    def _if_cut(answer: Any, errors: list[str]) -> list[str]:
-        """A reply that stopped at the output token limit says so first: its flaws may be only that."""
-        return [f"the reply was {CUT}", *errors] if answer.reply.cut else errors
-
-    async def _guard_final(self, final: Any) -> Any:
-        act = await guard_final(self.spec.final_guards, final)
-        if act is not None:
-            self._record_guard(self.ledger.iterations, act.guard, None, act.action, act.reason)
-            raise _End("guardrail_violation", why=f"the final-answer guard {act.guard} blocked the answer: "
-                                                  f"{quoted(act.reason or 'blocked')}")
-        return final
+        return recorded and tool is not None and self.handle.ctx.redactor(tool).marked(decision.args)

@@ -21,7 +21,6 @@ from ..router.supervisor import SupervisorState, check_rules
 from ..router.views import Malformed, Step, Trajectory
 from ..providers.base import CUT
 from .endings import quoted
-from .controls import control_holds
 from .model_calls import ProviderFailed
 
 if TYPE_CHECKING:
@@ -70,18 +69,18 @@ class Supervision:
         the one that must see it. ``iteration`` is the turn the record is written at (default
         ``turn``); ``shown`` False where no turn follows to show a steer at (closeout)."""
         runner = self.runner
-        store, run_id = runner.session.store, runner.session.run_id
+        run = runner.handle
         at = turn if iteration is None else iteration
-        for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
+        for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
             if consumed_at is not None and consumed_at > turn:
                 break  # read at a later turn of the run this resume replays
             if consumed_at is None and not live:
                 break
             self.controls_seen = n + 1
-            if not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
+            if not run.control_holds(n, kind):
                 continue
             if consumed_at is None:
-                store.consume_control(run_id, n, turn)
+                run.consume_control(n, turn)
             if kind == "steer" and shown:
                 runner.steer.append(message)
                 runner.record_supervisor(at, "operator", "steer", message)
@@ -97,7 +96,7 @@ class Supervision:
         """Whether an operator's abort is in the journal, not read yet."""
         runner = self.runner
         return any(kind == "abort" and consumed_at is None for _n, kind, _m, consumed_at
-                   in runner.session.store.controls_after(runner.session.run_id, self.controls_seen))
+                   in runner.handle.controls_after(self.controls_seen))
 
     async def watch_for_abort(self, iteration: int) -> None:
         """While the call of turn ``iteration`` runs: an operator's abort ends the loop at once,
@@ -115,13 +114,13 @@ class Supervision:
         """Controls that arrived after the run's last model request: the run ended as it would
         have, and each is recorded as having come too late (so nothing an operator sent vanishes)."""
         runner = self.runner
-        store, run_id = runner.session.store, runner.session.run_id
+        run = runner.handle
         it = runner.ledger.iterations
-        for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
+        for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
             self.controls_seen = n + 1
-            if consumed_at is not None or not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
+            if consumed_at is not None or not run.control_holds(n, kind):
                 continue
-            store.consume_control(run_id, n, it)
+            run.consume_control(n, it)
             said = message or ("aborted by an operator" if kind == "abort" else "")
             runner.record_supervisor(it, "operator", kind, f"{said} (arrived after the run's last model request;"
                                                            f" the run ended {outcome} as it would have)")
