@@ -103,3 +103,66 @@ def test_the_timeout_fallback_order():
     assert timeout_of(None, None, 20.0) == 20.0  # the run's --default-timeout
     assert timeout_of(None, None, None) is None
     assert timeout_of(None) is None
+
+
+def _model_ctx(max_tool_calls: int = 5):
+    from conftest import APP
+    from toolloop_cli.contract.registry import load_registry
+    from toolloop_cli.engine.budget import BudgetLedger
+    from toolloop_cli.engine.context import RunContext
+    from toolloop_cli.plan.routed import Budget
+
+    contract, problems = load_registry(str(APP / "registry.yml"))
+    assert contract is not None, problems
+    ctx = RunContext("run", contract, subagent="t")
+    ctx.services.budget = BudgetLedger(Budget(max_iterations=5, max_tokens=1000, max_tool_calls=max_tool_calls,
+                                              timeout_s=60.0))
+    return ctx, contract.subagents["t"].tools
+
+
+def test_the_checks_on_a_call_a_model_proposes_in_their_order():
+    from toolloop_cli.engine.gates import proposal_problem
+
+    ctx, tools = _model_ctx()
+    pay, limited = tools["pay"], tools["limited"]
+    kind, why = proposal_problem(ctx, pay, {"amount": "ten"}, ran_before=True)
+    assert kind == "invalid_args" and why.startswith("the arguments fail the input schema of 'pay': ")
+    assert proposal_problem(ctx, pay, {"amount": 10}, ran_before=True) == (
+        "duplicate", "'pay' already ran with these exact arguments in this run")
+    assert proposal_problem(ctx, pay, {"amount": 10}, ran_before=False) is None
+    ctx.ledger.count(limited)
+    ctx.ledger.count(limited)
+    assert proposal_problem(ctx, limited, {}, ran_before=False) == (
+        "over_budget", "'limited' has made its max_calls (2) in this run")
+    for _ in range(5):
+        ctx.services.budget.count_tool_call()
+    assert proposal_problem(ctx, pay, {"amount": 10}, ran_before=False) == (
+        "over_budget", "the run's tool-call budget (5) is used up")
+    # a value the journal withheld (the redaction marker) is not held against the schema
+    from toolloop_cli.engine.redact import REDACTED
+
+    assert proposal_problem(ctx, pay, {"amount": REDACTED}, ran_before=False, withheld=True) == (
+        "over_budget", "the run's tool-call budget (5) is used up")
+
+
+def test_the_gate_does_not_check_again_what_a_proposal_was_checked_for():
+    """A model's call reaches the gate only after ``proposal_problem``: the gate goes on to the
+    approval gate, while a dispatched call's schema, max_calls and budget are the gate's."""
+    import trio
+
+    from toolloop_cli.engine.gates import Go, Refuse, check_call
+
+    ctx, tools = _model_ctx(max_tool_calls=1)
+    echo, limited = tools["echo"], tools["limited"]
+    ctx.ledger.count(limited)
+    ctx.ledger.count(limited)
+
+    async def gate(tool, args, source):
+        return await check_call(ctx, tool, args, source=source, item_key=None, call_key=None)
+
+    assert isinstance(trio.run(gate, limited, {}, "model"), Go)
+    refused = trio.run(gate, limited, {}, "dispatch")
+    assert isinstance(refused, Refuse) and refused.status == "budget_exceeded"
+    assert isinstance(trio.run(gate, echo, {}, "dispatch"), Go)  # takes the one tool call left
+    refused = trio.run(gate, echo, {}, "dispatch")
+    assert isinstance(refused, Refuse) and refused.message == "the run's tool-call budget (max_tool_calls) is used up"

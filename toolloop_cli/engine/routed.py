@@ -1,14 +1,17 @@
 """The routed runner: a model picks the next tool from an allowlist, under hard budgets, until it
 gives a final answer that is validated against the plan's schema.
 
-The runner holds the loop's state and budgets, asks the router (``toolloop_cli.router``, pure) for
+The runner holds the loop's state and its budget ledger (``budget.py``), asks the router (``toolloop_cli.router``, pure) for
 each turn's messages and parses its decision, executes admitted decisions through the same gates,
-executors and settlement as every other call, and asks the final profile for the answer. Each turn:
+executors and settlement as every other call, and asks the final profile for the answer
+(``final_answer.py``). It acts on its run through the handle the session gives it (``handle.py``).
+Each turn:
 
 1. budgets checked before the request (iterations, tokens, cost; the deadline bounds everything);
 2. the router model answers (journaled as a ``model_answer``); tokens and cost are charged;
-3. the decision is parsed; a rejected one (``unknown_tool``, ``invalid_args``, ``duplicate``,
-   ``over_budget``, ``malformed``) is not executed and becomes an observation;
+3. the decision is parsed; a rejected one (``unknown_tool``, ``malformed``, and what the gates'
+   ``proposal_problem`` finds: ``invalid_args``, ``duplicate``, ``over_budget``) is not executed
+   and becomes an observation;
 4. a call passes the run-time gates (approval) and runs; its receipt carries the iteration;
 5. the redacted result goes through the observation guardrails and becomes an observation;
 6. supervisor rules and the judge look at the run; operators' steer and abort are read before
