@@ -66,7 +66,7 @@ class RoutedRunner(FinalAnswer):
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
-                 env: Any = None, parent_budget: Any = None, contract_changed: bool = False):
+                 env: Any = None, parent_budget: BudgetLedger | None = None, contract_changed: bool = False):
         assert plan.routed is not None
         self.plan = plan
         self.spec = plan.routed
