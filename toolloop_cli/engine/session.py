@@ -1,10 +1,11 @@
 """A run of the engine: its lease, signals, journal, executors, summary and exit status.
 
 ``RunSession.run(runner)`` opens what every run needs and runs ``runner``, an async callable that
-gets the session and returns a ``RunnerEnd``: the lanes runner (``engine/lanes.py``) for sequential
-and parallel plans, the routed loop for routed plans. The runner settles its records through
-``session.settlement``; the session commits them, writes the summary last and says how the run
-ended. Output goes through the ``emit`` callback only; nothing here prints.
+gets a narrow handle on the run (``handle.RunHandle``, not the session) and returns a
+``RunnerEnd``: the lanes runner (``run.LanesRunner``) for sequential and parallel plans, the routed
+loop for routed plans. The runner settles its records through the handle; the session commits
+them, writes the summary last and says how the run ended. Output goes through the ``emit``
+callback only; nothing here prints.
 """
 
 from __future__ import annotations
