@@ -26,6 +26,16 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy()
 
 
+def timeout_of(own: float | None, *fallbacks: float | None) -> float | None:
+    """A call's timeout: its tool's own ``timeout_s``, else the first of ``fallbacks`` that is set
+    (its subagent's ``runner_defaults.tool_timeout_s``, then the run's ``--default-timeout``); None
+    when none is. The one statement of that order: compilation, the call and the dry run read it."""
+    for seconds in (own, *fallbacks):
+        if seconds is not None:
+            return seconds
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One registered tool, compiled."""

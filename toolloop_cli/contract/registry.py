@@ -15,7 +15,7 @@ from .._text import clip, excerpt, listing, quoted
 from . import schemas
 from .approval import compile_approval
 from .callables import detect_runtime, is_async, resolve
-from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec
+from .compiled import NO_RETRY, Contract, RetryPolicy, SubagentSpec, ToolSpec, timeout_of
 from .envelope import compile_envelope
 from .models import RegistryDecl, ToolDecl
 from .problems import Collector, Problem, did_you_mean, json_path, not_a
@@ -404,9 +404,7 @@ def _compile_tool(
 
 
 def _timeout_of(t: ToolDecl, subagent_timeout: float | None, default_timeout_s: float | None) -> float | None:
-    if t.timeout_s is not None:
-        return t.timeout_s
-    return subagent_timeout if subagent_timeout is not None else default_timeout_s
+    return timeout_of(t.timeout_s, subagent_timeout, default_timeout_s)
 
 
 def _retry_policy(t: ToolDecl, writes_once: bool) -> RetryPolicy:

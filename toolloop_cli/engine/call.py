@@ -11,7 +11,7 @@ import orjson
 import trio
 
 from .._canonical import canonical_bytes, sha256_of
-from ..contract.compiled import ToolSpec
+from ..contract.compiled import ToolSpec, timeout_of
 from ..contract.sandbox import isolation_of
 from ..contract.schemas import schema_errors
 from ..receipts import Receipt, rfc3339
@@ -119,7 +119,7 @@ class _Attempts:
         # children of a trio callable run in its own task; others get a nursery per attempt
         self.frame = frame if frame is not None and not self.executor.in_calling_task else None
         self.start_info = start_info
-        self.timeout = tool.timeout_s if tool.timeout_s is not None else ctx.config.default_timeout_s
+        self.timeout = timeout_of(tool.timeout_s, ctx.config.default_timeout_s)
         self.count = 0
 
     async def run(self) -> tuple[Outcome, int]:

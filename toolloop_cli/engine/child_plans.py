@@ -12,9 +12,9 @@ is resumed where it stopped, and one that finished meanwhile (``resume CHILD_RUN
 gives its answer, or its failure, without running again. Only a call that runs again on purpose
 (``--retry-failed`` on a child that failed) starts a new child run.
 
-The child's tokens and cost count toward its parent's budgets too (``RoutedRunner`` charges them
-to the parent's ``children`` part as they are spent), and it stops when the parent's remaining
-budget is spent. Nesting is capped by the top plan's ``runner_defaults.max_depth``.
+The child's tokens and cost count toward its parent's budgets too (the child's ``BudgetLedger``
+has the parent loop's ledger as its parent and charges its ``children`` part as they are spent),
+and it stops when the parent's remaining budget is spent. Nesting is capped by the top plan's ``runner_defaults.max_depth``.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class RunServices:
     limits: ToolLimits = field(default_factory=ToolLimits)
     executors: Executors | None = None
     warn: Callable[[str], None] | None = None  # a one-line warning for a person (standard error)
-    #: the routed loop's budget ledger (``routed.RoutedRunner``): child runs and dispatched calls
+    #: the routed loop's budget ledger (``budget.BudgetLedger``): child runs and dispatched calls
     #: check and charge it; None in sequential and parallel runs
     budget: Any = None
     #: secret values no pointer reaches (credentials read, redacted values a model proposed):

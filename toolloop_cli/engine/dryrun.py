@@ -5,14 +5,14 @@ from __future__ import annotations
 import heapq
 from typing import Iterator
 
-from ..contract.compiled import ToolSpec
+from ..contract.compiled import ToolSpec, timeout_of
 from ..plan.admit import AdmittedPlan
 from .redact import Redactor
 
 
 def worst_case_call_s(tool: ToolSpec, default_timeout_s: float | None) -> float:
     """Every try runs to its timeout and every backoff takes its longest delay."""
-    timeout = tool.timeout_s if tool.timeout_s is not None else (default_timeout_s or 0.0)
+    timeout = timeout_of(tool.timeout_s, default_timeout_s) or 0.0
     p = tool.retry
     attempts = p.max_attempts if p.on else 1
     backoff = sum(p.delay(a, 1.0) for a in range(1, attempts))
@@ -33,7 +33,7 @@ def dry_run_records(plan: AdmittedPlan, default_timeout_s: float | None) -> Iter
                 "call_key": c.call_key,
                 "tool": c.tool.id,
                 "effect": c.tool.effect,
-                "timeout_s": c.tool.timeout_s if c.tool.timeout_s is not None else default_timeout_s,
+                "timeout_s": timeout_of(c.tool.timeout_s, default_timeout_s),
                 "max_attempts": c.tool.retry.max_attempts,
                 "cacheable": c.tool.cacheable,
                 "args": Redactor(c.tool.redact).apply(c.args) if c.args is not None else "(from lane payload)",

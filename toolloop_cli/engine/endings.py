@@ -25,6 +25,16 @@ QUOTED_CHARS = 300
 NO_ERROR = ("final", "paused")
 
 
+class LoopEnd(Exception):
+    """The loop ends with this outcome (and, for ``final``, the validated answer); ``why`` says
+    why in a person's words (the summary's ``error``)."""
+
+    def __init__(self, outcome: str, final: Any = None, why: str | None = None):
+        self.outcome = outcome
+        self.final = final
+        self.why = why
+
+
 @dataclass
 class InFlight:
     """A routed call between its gate and its receipt."""
@@ -52,17 +62,6 @@ def timeout_why(budget: Any, during: str | None = None) -> str:
     """``timeout``: the budget that ran out, and what was waiting then."""
     text = f"the run's time budget (timeout_s {budget.timeout_s:g} s) ran out"
     return f"{text} {during}" if during else text
-
-
-def budget_why(budget: Any, state: Any, *, child: bool) -> str:
-    """``budget_exceeded``: the budget spent and its limit (a child run: its parent's budget)."""
-    if state.tokens >= budget.max_tokens:
-        return f"the run used {state.tokens} tokens of its max_tokens {budget.max_tokens}"
-    if budget.max_cost_usd is not None and (state.cost_usd or 0.0) >= budget.max_cost_usd:
-        return f"the run spent {state.cost_usd or 0.0:.6g} US dollars of its max_cost_usd {budget.max_cost_usd:g}"
-    if child:
-        return "the parent run's budget is spent (its children's tokens and cost count toward it)"
-    return "the run's budget is spent"
 
 
 def quoted(text: Any) -> str:

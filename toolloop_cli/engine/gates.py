@@ -8,9 +8,13 @@ comes from (a lane, ``dispatch()``, the routed loop, a child plan).
 - ``WAIT``: a person must answer an approval request first (the run pauses; resume asks again).
 
 In order: the input schema (for arguments not checked at admission: projected from a lane payload,
-dispatched, built by a model, or edited by an approver), the tool's ``max_calls`` for calls that
-admission did not count, then the approval gate (``--approve all | none | ask``: a journaled
-answer, or a person at a terminal through the ``ask`` service). Approval fails closed.
+dispatched, or edited by an approver), the tool's ``max_calls`` and the run's tool-call budget for
+dispatched calls, then the approval gate (``--approve all | none | ask``: a journaled answer, or a
+person at a terminal through the ``ask`` service). Approval fails closed.
+
+A call a model proposes is checked before it reaches the gate (``proposal_problem``: its schema,
+whether it already ran, the tool-call budget, ``max_calls``); what fails there is not a receipt
+but a rejection the model is shown, so the gate does not check it again.
 """
 
 from __future__ import annotations
@@ -55,10 +59,11 @@ SOURCES = {
     "admitted": None,
     "payload": "arguments from the lane payload fail input_schema",
     "dispatch": "dispatched arguments fail input_schema",
-    "model": "arguments fail input_schema",
+    "model": None,  # checked when proposed (``proposal_problem``)
 }
-#: calls that admission did not count against their tool's max_calls
-_COUNTED_HERE = frozenset({"dispatch", "model"})
+#: calls that admission did not count against their tool's max_calls, and that were not checked
+#: when proposed
+_COUNTED_HERE = frozenset({"dispatch"})
 
 
 def input_problem(tool: ToolSpec, args: Any, *, skip_marked: bool = False) -> str | None:
@@ -76,6 +81,30 @@ def input_problem(tool: ToolSpec, args: Any, *, skip_marked: bool = False) -> st
     return "; ".join(schema_errors(tool.input_validator, args, limit=3))
 
 
+def max_calls_made(ctx: RunContext, tool: ToolSpec) -> bool:
+    """Whether the tool has made its ``max_calls`` in this run."""
+    return tool.max_calls is not None and ctx.ledger.made(tool.id) >= tool.max_calls
+
+
+def proposal_problem(ctx: RunContext, tool: ToolSpec, args: Any, *, ran_before: bool,
+                     withheld: bool = False) -> tuple[str, str] | None:
+    """Why a call a model proposed is rejected before the gate, as ``(kind, message for the
+    model)``, or None. ``ran_before``: the same tool already ran with these exact arguments in this
+    run; ``withheld``: the markers standing for redacted values the journal withheld are not
+    checked against the input schema. The run's tool-call budget is its budget ledger's."""
+    problem = input_problem(tool, args, skip_marked=withheld)
+    if problem is not None:
+        return "invalid_args", f"the arguments fail the input schema of '{tool.id}': {problem}"
+    if ran_before:
+        return "duplicate", f"'{tool.id}' already ran with these exact arguments in this run"
+    budget = ctx.services.budget
+    if budget is not None and budget.tool_calls_left() <= 0:
+        return "over_budget", f"the run's tool-call budget ({budget.budget.max_tool_calls}) is used up"
+    if max_calls_made(ctx, tool):
+        return "over_budget", f"'{tool.id}' has made its max_calls ({tool.max_calls}) in this run"
+    return None
+
+
 async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str, item_key: str | None,
                      call_key: str | None, args_sha256: str | None = None) -> Go | Refuse | Wait:
     """The gates of one call, right before it starts (see the module's docstring).
@@ -88,7 +117,7 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
         problem = input_problem(tool, args)
         if problem is not None:
             return Refuse("invalid_input", f"{lead}: {problem}", args)
-    if source in _COUNTED_HERE and tool.max_calls is not None and ctx.ledger.made(tool.id) >= tool.max_calls:
+    if source in _COUNTED_HERE and max_calls_made(ctx, tool):
         return Refuse("budget_exceeded", f"tool '{tool.id}' has made its max_calls ({tool.max_calls}) in this run",
                       args)
     budget = ctx.services.budget

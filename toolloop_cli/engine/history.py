@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
+from .dispatch_order import dispatched_by_parent, take_dispatched
+
 
 def in_output_order(records: list[dict], plan_calls: int) -> list[dict]:
     """A run's journaled receipts in the order the run printed them: plan calls by seq, each
-    followed by the calls it dispatched (depth first, in the order they finished)."""
-    seq_of = {r["receipt_id"]: r["seq"] for r in records}
-    by_parent: dict[int, list[dict]] = {}
-    out: list[dict] = []
-    loose: list[dict] = []
-    for r in records:
-        if r["seq"] < plan_calls:
-            out.append(r)
-        elif seq_of.get(r.get("parent_receipt_id")) is not None:
-            by_parent.setdefault(seq_of[r["parent_receipt_id"]], []).append(r)
-        else:
-            loose.append(r)
+    followed by the calls it dispatched (``dispatch_order``)."""
+    by_parent, loose = dispatched_by_parent(records, lambda r: r["seq"] < plan_calls)
+    out = [r for r in records if r["seq"] < plan_calls]
     if not by_parent:
         return out + loose
-
-    def with_children(r: dict) -> list[dict]:
-        got = [r]
-        for child in sorted(by_parent.pop(r["seq"], ()), key=lambda c: c["completion_seq"]):
-            got.extend(with_children(child))
-        return got
-
-    ordered = [x for r in sorted(out, key=lambda r: r["seq"]) for x in with_children(r)]
+    ordered = [x for r in sorted(out, key=lambda r: r["seq"])
+               for x in (r, *take_dispatched(by_parent, r["seq"], _seq))]
     leftover = [r for rs in by_parent.values() for r in rs]  # children of calls with no receipt
     return ordered + sorted(leftover + loose, key=lambda r: r["seq"])
+
+
+def _seq(record: dict) -> int:
+    return record["seq"]
 
 
 def with_other_records(receipts: list[dict], others: list[tuple[int, dict]]) -> list[dict]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .rerun import resume_action, write_in_flight
+
 
 @dataclass
 class Recording:
@@ -25,26 +27,26 @@ class Recording:
     offline: bool = False  # replay: every tool result from the recording
     execute_writes: bool = False  # replay: run write and destructive tools again too
 
-    def kept_receipt(self, seq: int, tool: object) -> dict | None:
-        """On resume, the settled receipt the call keeps instead of running again: not one that
-        was cancelled, nor what ``--retry-failed`` / ``--retry-interrupted`` run again."""
+    def action(self, seq: int, tool: object) -> str | None:
+        """On resume, what the call at ``seq`` gets by the resume table (``rerun.py``): ``keep``
+        its receipt, ``run`` again, or ``interrupted`` (a write that was in flight); None on replay.
+        A receipt of another tool at that seq (the run goes another way now) counts as none."""
         if self.replay:
             return None
         rec = self.receipts.get(seq)
-        if rec is None or rec["tool"] != getattr(tool, "id", None) or rec["status"] == "cancelled":
-            return None
-        status = rec["status"]
-        if self.retry_failed and status in ("error", "timeout", "invalid_output"):
-            return None
-        if self.retry_interrupted and status == "interrupted":
-            return None
-        return rec
+        status = rec["status"] if rec is not None and rec["tool"] == getattr(tool, "id", None) else None
+        in_flight = write_in_flight(status, seq in self.started, bool(getattr(tool, "at_most_once", False)))
+        return resume_action(status, in_flight_write=in_flight, retry_failed=self.retry_failed,
+                             retry_interrupted=self.retry_interrupted)
+
+    def kept_receipt(self, seq: int, tool: object) -> dict | None:
+        """On resume, the settled receipt the call keeps instead of running again."""
+        return self.receipts[seq] if self.action(seq, tool) == "keep" else None
 
     def write_in_flight(self, seq: int, tool: object) -> bool:
         """On resume, whether an at-most-once write had started with no receipt (the process
         died): it is reported ``interrupted`` rather than run again, unless --retry-interrupted."""
-        return (not self.replay and not self.retry_interrupted and seq in self.started
-                and bool(getattr(tool, "at_most_once", False)))
+        return self.action(seq, tool) == "interrupted"
 
     def replayed_receipt(self, seq: int, tool: object) -> dict | None:
         """On replay, the recorded receipt a call takes instead of running: every call offline,

@@ -1,15 +1,8 @@
 """Rebuilding a run from the journal so ``resume`` can finish it (SPEC 7).
 
-What each call gets on resume, lane by lane and in order:
-
-- a committed ``ok`` receipt is kept; the call never runs again;
-- ``error``, ``timeout``, ``invalid_output``, ``invalid_input`` are kept, or run again with
-  ``--retry-failed``; ``interrupted`` is kept, or run again with ``--retry-interrupted``;
-- ``skipped`` runs again unless an earlier call of its lane still stands as not ok;
-- no receipt, or ``cancelled``: a read (or idempotent) tool runs again; an at-most-once write
-  whose start was committed becomes ``interrupted`` (``--retry-interrupted`` runs it);
-- ``denied``, ``duplicate``, ``budget_exceeded`` are kept;
-- once a call of a lane stands as not ok (or its envelope said stop), the calls after it that
+What each call gets on resume, lane by lane and in order, is the table in ``rerun.py``
+(shared with the routed runner); ``skipped`` runs again unless an earlier call of its lane still
+stands as not ok, and once a call of a lane stands as not ok (or its envelope said stop), the calls after it that
   have no receipt are settled as ``skipped``.
 """
 
@@ -25,14 +18,12 @@ from ..contract.registry import load_registry
 from ..errors import ConfigError, RunError, UsageError
 from ..lineage import top_run_of
 from ..plan.admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
-from ..receipts import FAILED_STATUSES, Receipt
+from ..receipts import Receipt
 from ..store import Store, holder_pid, lease_token
 from .call import not_run_receipt
 from .context import RunContext
-
-_KEEP_STATUSES = frozenset({"denied", "duplicate", "budget_exceeded"})
-_IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
-              " run it again on purpose with --retry-interrupted")
+from .dispatch_order import dispatched_by_parent, walk_dispatched
+from .rerun import IN_FLIGHT, resume_action, write_in_flight
 
 
 def find_run(store: Store, run_id: str) -> dict:
@@ -191,24 +182,6 @@ def _journaled_lanes(store: Store, j: _Journaled, rebuilder: _Rebuilder) -> tupl
     return lanes_out, unrecoverable
 
 
-#: What resume does with a call, by the status of its receipt (None: no receipt).
-#: keep: the receipt stands, and the rest of the lane is settled after it (unless ok);
-#: run: the call runs again; interrupted: an at-most-once write that was in flight.
-def resume_action(status: str | None, *, in_flight_write: bool, retry_failed: bool, retry_interrupted: bool) -> str:
-    if status == "ok":
-        return "keep"
-    if status in FAILED_STATUSES or status == "invalid_input":
-        return "run" if retry_failed else "keep"
-    if status == "interrupted":
-        return "run" if retry_interrupted else "keep"
-    if status in _KEEP_STATUSES:
-        return "keep"
-    # no receipt, cancelled or skipped
-    if in_flight_write and not retry_interrupted:
-        return "interrupted"
-    return "run"
-
-
 class _Settler:
     """Walks the journaled lanes in order and settles what will not run again."""
 
@@ -234,8 +207,7 @@ class _Settler:
         for c in lane.calls:
             rec = self.receipts.get(c.seq)
             status = rec["status"] if rec else None
-            at_most_once = c.tool.at_most_once
-            in_flight_write = at_most_once and status in ("cancelled", None) and c.seq in self.started
+            in_flight_write = write_in_flight(status, c.seq in self.started, c.tool.at_most_once)
             if stop is not None:
                 self._after_stop(c, rec, status, in_flight_write, stop)
                 continue
@@ -245,7 +217,7 @@ class _Settler:
                 self._keep(rec)  # type: ignore[arg-type]
                 stop = self._after_kept(c, rec, payload)  # type: ignore[arg-type]
             elif action == "interrupted":
-                self._settle(c, "interrupted", _IN_FLIGHT)
+                self._settle(c, "interrupted", IN_FLIGHT)
                 stop = f"call '{c.call_key}' in this lane ended interrupted"
             elif c.seq in self.unrecoverable:
                 self._settle(c, "interrupted", "its arguments held a redacted value and cannot be rebuilt from the plan;"
@@ -257,7 +229,7 @@ class _Settler:
     def _after_stop(self, c: AdmittedCall, rec: dict | None, status: str | None, in_flight_write: bool,
                     stop: str) -> None:
         if in_flight_write:  # its start was committed before an earlier receipt was
-            self._settle(c, "interrupted", _IN_FLIGHT)
+            self._settle(c, "interrupted", IN_FLIGHT)
         elif rec is not None and status != "cancelled":
             self._keep(rec)
         else:
@@ -393,22 +365,11 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
 
 
 def _kept_children(receipts: dict[int, dict], plan_seqs: set[int], kept: set[int]) -> list[tuple[int, Receipt]]:
-    """Receipts of calls dispatched (SPEC 5.6) by kept receipts, depth first: ``(parent seq,
-    receipt)`` in the order they finished. They are printed again after their parent."""
-    seq_of = {r["receipt_id"]: s for s, r in receipts.items()}
-    by_parent: dict[int, list[dict]] = {}
-    for s, r in receipts.items():
-        parent = seq_of.get(r.get("parent_receipt_id")) if s not in plan_seqs else None
-        if parent is not None:
-            by_parent.setdefault(parent, []).append(r)
-    out: list[tuple[int, Receipt]] = []
-    todo = sorted(kept)
-    while todo:
-        parent = todo.pop()
-        for child in sorted(by_parent.get(parent, ()), key=lambda r: r["completion_seq"]):
-            out.append((parent, Receipt.from_record(child)))
-            todo.append(child["seq"])
-    return out
+    """Receipts of calls dispatched (SPEC 5.6) by kept receipts, in printed order
+    (``dispatch_order``): ``(parent seq, receipt)``. They are printed again after their parent."""
+    by_parent, _loose = dispatched_by_parent(receipts.values(), lambda r: r["seq"] in plan_seqs)
+    return [(parent, Receipt.from_record(child)) for seq in sorted(kept)
+            for parent, child in walk_dispatched(by_parent, seq, lambda r: r["seq"])]
 
 
 def _seq_in_file(decl: Any, seq: int) -> bool:

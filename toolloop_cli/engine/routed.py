@@ -1,14 +1,17 @@
 """The routed runner: a model picks the next tool from an allowlist, under hard budgets, until it
 gives a final answer that is validated against the plan's schema.
 
-The runner holds the loop's state and budgets, asks the router (``toolloop_cli.router``, pure) for
+The runner holds the loop's state and its budget ledger (``budget.py``), asks the router (``toolloop_cli.router``, pure) for
 each turn's messages and parses its decision, executes admitted decisions through the same gates,
-executors and settlement as every other call, and asks the final profile for the answer. Each turn:
+executors and settlement as every other call, and asks the final profile for the answer
+(``final_answer.py``). It acts on its run through the handle the session gives it (``handle.py``).
+Each turn:
 
 1. budgets checked before the request (iterations, tokens, cost; the deadline bounds everything);
 2. the router model answers (journaled as a ``model_answer``); tokens and cost are charged;
-3. the decision is parsed; a rejected one (``unknown_tool``, ``invalid_args``, ``duplicate``,
-   ``over_budget``, ``malformed``) is not executed and becomes an observation;
+3. the decision is parsed; a rejected one (``unknown_tool``, ``malformed``, and what the gates'
+   ``proposal_problem`` finds: ``invalid_args``, ``duplicate``, ``over_budget``) is not executed
+   and becomes an observation;
 4. a call passes the run-time gates (approval) and runs; its receipt carries the iteration;
 5. the redacted result goes through the observation guardrails and becomes an observation;
 6. supervisor rules and the judge look at the run; operators' steer and abort are read before
@@ -31,51 +34,49 @@ import trio
 from .._canonical import sha256_of
 from ..plan.admit import AdmittedPlan
 from ..receipts import Receipt
-from ..router.closeout import check_final, final_messages, repair_messages, route_of
+from ..router.closeout import route_of
 from ..router.decisions import Decision, parse_decision, router_messages
 from ..router.observations import observe_masked, observe_receipt, observe_rejection, observe_withheld
-from ..router.views import Budgets, LoopView, Malformed, Observation, Step
+from ..router.views import LoopView, Malformed, Observation, Step
 from .call import execute_call, not_run_receipt
 from .child_runs import ChildPaused
-from .endings import InFlight, budget_why, cut_short_receipt, error_of, quoted, timeout_why
-from .gates import Refuse, Wait, check_call
+from .endings import InFlight, LoopEnd, cut_short_receipt, error_of, quoted, timeout_why
+from .final_answer import FinalAnswer
+from .gates import Refuse, Wait, check_call, proposal_problem
 from ..providers.base import CUT
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
-from .guardrails import check_final as guard_final
+from .rerun import IN_FLIGHT
 from .guardrails import check_observation
 from .redact import RunSecrets, scrub_record
+from .handle import RunHandle
 from .session import RunnerEnd, RunSession
 from .loopstate import LoopState
+from .budget import BudgetLedger
 from .supervision import Supervision
 
 #: replies in a row that hold no valid decision before the loop ends ``malformed_output``
 MALFORMED_LIMIT = 3
 
 
-class _End(Exception):
-    """The loop ends with this outcome (and, for ``final``, the validated answer); ``why`` says
-    why in a person's words (the summary's ``error``)."""
-
-    def __init__(self, outcome: str, final: Any = None, why: str | None = None):
-        self.outcome = outcome
-        self.final = final
-        self.why = why
+_End = LoopEnd
 
 
-class RoutedRunner:
+class RoutedRunner(FinalAnswer):
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
-                 env: Any = None, parent_budget: Any = None, contract_changed: bool = False):
+                 env: Any = None, parent_budget: BudgetLedger | None = None, contract_changed: bool = False):
         assert plan.routed is not None
         self.plan = plan
         self.spec = plan.routed
         self.recording = recording
-        self.parent_budget = parent_budget  # the parent loop's ledger, for a child run
         self.contract_changed = contract_changed  # resumed with --accept-contract-change
         self.env = os.environ if env is None else env
-        self.state = LoopState(seconds_used=recording.seconds_used if recording else 0.0)
+        self.state = LoopState()
+        # what the run has spent; a child run's spend counts toward its parent loop's ledger too
+        self.ledger = BudgetLedger(self.spec.budget, parent=parent_budget,
+                                   seconds_used=recording.seconds_used if recording else 0.0)
         self.observations: list[Observation] = []
         self.steer: list[str] = []
         self.ran: set[tuple[str, str]] = set()  # (tool, args hash) of calls that went through the gate
@@ -120,9 +121,9 @@ class RoutedRunner:
 
     # -- the loop ----------------------------------------------------------------------------------
 
-    async def __call__(self, session: RunSession) -> RunnerEnd:
-        self.session = session
-        session.ctx.services.budget = self  # child runs and dispatched calls check and charge it
+    async def __call__(self, run: RunHandle) -> RunnerEnd:
+        self.handle = run
+        run.ctx.services.budget = self.ledger  # child runs and dispatched calls check and charge it
         rec = self.recording
         recorded: Any = rec.answers if rec is not None else ()
         if rec is not None and rec.replay:  # every profile answers from the recording: no network, no key
@@ -132,29 +133,21 @@ class RoutedRunner:
             providers = {role: ReplayProvider(answers) for role in self.spec.profiles()}
             recorded = ()
         else:
-            providers = self.spec.make_providers(self.env, given=session.options.providers)
-        self.models = ModelCalls(providers, run_id=session.run_id, journal=self._journal_answer, recorded=recorded,
-                                 rng=session.ctx.services.rng, warn=session.options.on_warning,
-                                 on_answer=session.telemetry.chat if session.telemetry is not None else None)
-        self._note_starts(session)
-        settlement = session.settlement
-        settlement.observers.append(self._handed)  # type: ignore[union-attr]
-        settlement.record_observers.append(self._handed)  # type: ignore[union-attr]
-        budget = self.spec.budget
-        self.deadline = trio.current_time() + max(0.0, budget.timeout_s - self.state.seconds_used)
-        self.t0 = trio.current_time()
+            providers = self.spec.make_providers(self.env, given=run.providers)
+        self.models = ModelCalls(providers, run_id=run.run_id, journal=self._journal_answer, recorded=recorded,
+                                 rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer)
+        self._note_starts(run)
+        run.watch(self._handed)
+        self.deadline = self.ledger.start()
         outcome, final, why = "timeout", None, None
         try:
-            with trio.CancelScope(deadline=self.deadline) as scope:
+            # a signal cancels the loop
+            with trio.CancelScope(deadline=self.deadline) as scope, run.cancelled_by_signals(scope):
                 self._scope = scope
-                session.state.in_flight.add(scope)  # a signal cancels the loop
-                if session.state.interrupted:  # one came while the run started: no model is asked
+                if run.interrupted:  # one came while the run started: no model is asked
                     scope.cancel()
-                try:
-                    outcome, final, why = await self._loop()
-                finally:
-                    session.state.in_flight.discard(scope)
-            if session.state.interrupted:
+                outcome, final, why = await self._loop()
+            if run.interrupted:
                 outcome, final = None, None  # a signal: the run is resumable, no outcome yet
             elif self.supervision.aborted is not None:  # an operator's abort while a call ran
                 outcome, final, why = "aborted", None, self.supervision.aborted
@@ -164,19 +157,19 @@ class RoutedRunner:
                 why = self._cut_short(outcome, why)
         finally:
             with trio.CancelScope(shield=True):
-                given = list((session.options.providers or {}).values())
+                given = list(run.providers.values())
                 for p in providers.values():
                     if not any(p is g for g in given):  # an instance the caller gave stays the caller's
                         await p.aclose()
         if outcome not in (None, "paused"):
             self.supervision.late_controls(outcome)
-        session.store.set_total_calls(session.run_id, self.seq)
+        run.set_total_calls(self.seq)
         return self._end(outcome, final, why)
 
-    def _note_starts(self, session: RunSession) -> None:
+    def _note_starts(self, run: RunHandle) -> None:
         """Remember which calls began their first attempt: a write cut short after that may have
         happened (``interrupted``), one cut short before it did not (``cancelled``)."""
-        services = session.ctx.services
+        services = run.ctx.services
         inner = services.before_start
 
         def before_start(info: tuple) -> None:
@@ -196,8 +189,8 @@ class RoutedRunner:
             how = "an operator aborted the run"
         else:
             how = timeout_why(self.spec.budget)
-        receipt = cut_short_receipt(self.session.ctx, call, started=call.seq in self._started, why=how)
-        self.session.settlement.settle(receipt)  # type: ignore[union-attr]
+        receipt = cut_short_receipt(self.handle.ctx, call, started=call.seq in self._started, why=how)
+        self.handle.settle(receipt)
         self._count(call.tool, call.args, receipt)
         if outcome == "timeout":
             return f"{how} while '{call.tool.id}' was running (its receipt is {receipt.status})"
@@ -206,7 +199,7 @@ class RoutedRunner:
     def _end(self, outcome: str | None, final: Any, why: str | None = None) -> RunnerEnd:
         status = {"final": "ok", "paused": "stopped", None: "interrupted"}.get(outcome, "failed")
         summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
-                   "loop": self.state.summary(self.models.count),
+                   "loop": self.state.summary(self.models.count, self.ledger),
                    "error": error_of(outcome, self.scrubbed(why) if why else why)}
         if self.contract_changed:
             summary["contract_changed"] = True
@@ -223,7 +216,7 @@ class RoutedRunner:
             return "timeout", None, timeout_why(self.spec.budget, str(exc))
         except ProviderFailed as exc:
             message = self.scrubbed(str(exc))
-            self.session.ctx.emit_audit("provider_failed", error=message)
+            self.handle.ctx.emit_audit("provider_failed", error=message)
             return "provider_error", None, message
 
     def cancel_loop(self) -> None:
@@ -231,47 +224,35 @@ class RoutedRunner:
         if self._scope is not None:
             self._scope.cancel()
 
-    def seconds_spent(self) -> float:
-        return self.state.seconds_used + (trio.current_time() - self.t0)
-
     def scrubbed(self, text: str) -> str:
         return self._secrets.text(text)
 
     def record_supervisor(self, iteration: int, rule: str, action: str, reason: str) -> None:
-        self.session.settlement.record({  # type: ignore[union-attr]
-            "type": "supervisor", "run_id": self.session.run_id, "iteration": iteration, "rule": rule,
+        self.handle.record({
+            "type": "supervisor", "run_id": self.handle.run_id, "iteration": iteration, "rule": rule,
             "action": action, "reason": reason})
 
     def _record_guard(self, iteration: int, guard: str, tool: str | None, action: str, reason: str | None) -> None:
-        self.session.settlement.record({  # type: ignore[union-attr]
-            "type": "guardrail", "run_id": self.session.run_id, "iteration": iteration, "guard": guard,
+        self.handle.record({
+            "type": "guardrail", "run_id": self.handle.run_id, "iteration": iteration, "guard": guard,
             "tool": tool, "action": action, "reason": reason})
 
     def _check_budgets(self, *, before_router: bool) -> None:
-        b, s = self.spec.budget, self.state
-        if before_router and s.iterations >= b.max_iterations:
-            raise _End("max_iterations", why=f"the router took its {b.max_iterations} turns (max_iterations)"
-                                             " without a final answer")
-        if s.tokens >= b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) >= b.max_cost_usd):
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+        if before_router and self.ledger.turns_used():
+            raise _End("max_iterations", why=f"the router took its {self.spec.budget.max_iterations} turns"
+                                             " (max_iterations) without a final answer")
+        if self.ledger.spent():
+            raise _End("budget_exceeded", why=self.ledger.exceeded_why())
 
-    def _overspent(self) -> bool:
-        b, s = self.spec.budget, self.state
-        return s.tokens > b.max_tokens or (b.max_cost_usd is not None and (s.cost_usd or 0.0) > b.max_cost_usd)
-
-    def budgets(self) -> Budgets:
-        b, s = self.spec.budget, self.state
-        return Budgets(
-            iterations_left=max(0, b.max_iterations - s.iterations), tokens_left=max(0, b.max_tokens - s.tokens),
-            tool_calls_left=max(0, b.max_tool_calls - s.tool_calls),
-            seconds_left=max(0.0, self.deadline - trio.current_time()),
-            cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (s.cost_usd or 0.0)),
-        )
+    def _if_overspent(self) -> None:
+        """A request that took the run past its tokens or dollars ends the loop."""
+        if self.ledger.overspent():
+            raise _End("budget_exceeded", why=self.ledger.exceeded_why())
 
     def _view(self) -> LoopView:
         spec = self.spec
         return LoopView(goal=spec.goal, context=spec.context, instructions=spec.instructions, tools=spec.tool_views,
-                        observations=tuple(self.observations), budgets=self.budgets(), steer=tuple(self.steer),
+                        observations=tuple(self.observations), budgets=self.ledger.left(), steer=tuple(self.steer),
                         outcomes=spec.outcomes)
 
     def _handed(self, _record: Any) -> None:
@@ -282,62 +263,30 @@ class RoutedRunner:
         # a call whose result a recorded answer has seen
         if self._unsynced:
             self._unsynced = False
-            await trio.to_thread.run_sync(self.session.journal.sync)
+            await self.handle.synced()
         profile = self.spec.profiles()[role]
-        left = self.tokens_left()
-        cost_left = self.cost_left()
-        if left <= 0 or cost_left == 0.0:  # a parent's budget spent by its children ends a child
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+        ledger = self.ledger
+        if ledger.exhausted():  # a parent's budget spent by its children ends a child
+            raise _End("budget_exceeded", why=ledger.exceeded_why())
+        left = ledger.tokens_left()
         cap = min(profile.max_output_tokens, left) if profile.max_output_tokens else left
-        turn = self.state.iterations + 1 if role == "router" else self.state.iterations
+        turn = ledger.iterations + 1 if role == "router" else ledger.iterations
         answer = await self.models.ask(role, profile, messages, deadline=self.deadline, max_tokens=cap, turn=turn,
-                                       cost_budget=cost_left is not None)
+                                       cost_budget=ledger.cost_left() is not None)
         r = answer.reply
         cost = profile.price.cost(r.input_tokens, r.output_tokens) if profile.price is not None else None
-        self.state.charge(role, r.input_tokens, r.output_tokens, cost)
-        if self.parent_budget is not None:
-            self.parent_budget.charge_child(r.input_tokens, r.output_tokens, cost)
+        ledger.charge_request(role, r.input_tokens, r.output_tokens, cost)
         return answer
 
-    # -- the budget ledger: what child runs and dispatched calls check and charge -------------------
-
-    def tokens_left(self) -> int:
-        """Tokens this run may still spend: its own budget, capped by its parent's."""
-        own = self.spec.budget.max_tokens - self.state.tokens
-        return min(own, self.parent_budget.tokens_left()) if self.parent_budget is not None else own
-
-    def cost_left(self) -> float | None:
-        """Dollars this run may still spend (None: no cost budget anywhere above it)."""
-        b = self.spec.budget
-        own = None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.state.cost_usd or 0.0))
-        above = self.parent_budget.cost_left() if self.parent_budget is not None else None
-        if own is None:
-            return above
-        return own if above is None else min(own, above)
-
-    def charge_child(self, input_tokens: int, output_tokens: int, cost: float | None) -> None:
-        """A child run spent this: it counts toward this run's budgets (and its parent's)."""
-        self.state.charge("children", input_tokens, output_tokens, cost)
-        if self.parent_budget is not None:
-            self.parent_budget.charge_child(input_tokens, output_tokens, cost)
-
-    def take_tool_call(self) -> bool:
-        """A dispatched call takes one of the run's tool calls, if any is left."""
-        if self.state.tool_calls >= self.spec.budget.max_tool_calls:
-            return False
-        self.state.tool_calls += 1
-        return True
-
     async def _turn(self) -> None:
-        turn = self.state.iterations + 1
+        turn = self.ledger.iterations + 1
         why = self.supervision.read_controls(turn, live=not self.models.will_reuse("router"))
         if why is not None:
             raise _End("aborted", why=why)
         view = self._view()
         self.steer = []
         answer = await self.ask("router", router_messages(view, self.spec.prompts))
-        self.state.iterations += 1
-        it = self.state.iterations
+        it = self.ledger.count_turn()
         await self._decide(it, answer)
         ended = await self.supervision.after_turn(it)
         if ended is not None:
@@ -349,9 +298,9 @@ class RoutedRunner:
             decision = Malformed(f"the reply was {CUT}; {decision.why}")
         if isinstance(decision, Decision) and decision.action == "call":
             self.supervision.proposed(decision.tool, sha256_of(decision.args) if decision.args is not None else None)
-        if self._overspent():
+        if self.ledger.overspent():
             self._record_decision(it, decision, answer, rejected=None)
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
+            raise _End("budget_exceeded", why=self.ledger.exceeded_why())
         if isinstance(decision, Malformed):
             self.supervision.step(Step(it, "malformed", reason=decision.why))
             self._reject(it, decision, answer, None, "malformed", decision.why)
@@ -383,18 +332,8 @@ class RoutedRunner:
         if tool is None:
             return "unknown_tool", (f"'{decision.tool}' is not one of the tools you may call: "
                                     f"{', '.join(self.spec.tools)}")
-        from .gates import input_problem
-
-        problem = input_problem(tool, decision.args, skip_marked=withheld)
-        if problem is not None:
-            return "invalid_args", f"the arguments fail the input schema of '{tool.id}': {problem}"
-        if (tool.id, sha256_of(decision.args)) in self.ran:
-            return "duplicate", f"'{tool.id}' already ran with these exact arguments in this run"
-        if self.state.tool_calls >= self.spec.budget.max_tool_calls:
-            return "over_budget", f"the run's tool-call budget ({self.spec.budget.max_tool_calls}) is used up"
-        if tool.max_calls is not None and self.session.ctx.ledger.made(tool.id) >= tool.max_calls:
-            return "over_budget", f"'{tool.id}' has made its max_calls ({tool.max_calls}) in this run"
-        return None
+        return proposal_problem(self.handle.ctx, tool, decision.args, withheld=withheld,
+                                ran_before=(tool.id, sha256_of(decision.args)) in self.ran)
 
     def _reject(self, it: int, decision: Decision | Malformed, answer: Any, tool: str | None, kind: str,
                 why: str) -> None:
@@ -442,7 +381,7 @@ class RoutedRunner:
     def _count(self, tool: Any, args: dict, receipt: Receipt) -> None:
         """A settled (or kept) receipt of this loop, counted where the summary's ``loop`` looks."""
         self.ran.add((tool.id, sha256_of(args)))
-        self.state.tool_calls += 1
+        self.ledger.count_tool_call()
         self.state.ran(tool.id, receipt.status)
         if receipt.attempts > 0 or receipt.cache == "hit":
             self.supervision.ran(tool.effect)
@@ -450,27 +389,27 @@ class RoutedRunner:
     async def _receipt(self, it: int, tool: Any, args: dict, *, withheld: bool = False) -> Receipt:
         """The call's receipt: kept from the journal (resume), or from the gates and the call;
         ``interrupted`` when its arguments held a redacted value the journal withheld."""
-        session = self.session
+        run = self.handle
         seq = self.seq
         kept = self._kept(seq, tool)
         if kept is not None:
             self.seq += 1
-            session.settlement.keep(kept)  # type: ignore[union-attr]
+            run.keep(kept)
         else:
             kept = self._replayed(seq, tool, it)
             if kept is not None:
                 self.seq += 1
-                session.settlement.settle(kept)  # type: ignore[union-attr]
+                run.settle(kept)
         if kept is not None:
             self._count(tool, args, kept)
             return kept
         if withheld:
             self.seq += 1
-            receipt = not_run_receipt(session.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
+            receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
                                       status="interrupted", message=(
                                           "its arguments held a value the model proposed for a redacted field, which"
                                           " the journal never stores, so the call cannot be rebuilt from it"))
-            session.settlement.settle(receipt)  # type: ignore[union-attr]
+            run.settle(receipt)
             self._count(tool, args, receipt)
             return receipt
         if not self.models.replaying and self.supervision.abort_waiting():
@@ -484,11 +423,11 @@ class RoutedRunner:
     async def _run_gated(self, it: int, tool: Any, args: dict) -> Receipt:
         """The gates, then the call; its receipt settled and counted before anything else can end
         the loop (an abort read while it runs cancels it, and ``_cut_short`` gives it its receipt)."""
-        session, ctx = self.session, self.session.ctx
+        run, ctx = self.handle, self.handle.ctx
         seq, call_key = self.seq, str(it)
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
         if isinstance(verdict, Wait):
-            session.state.paused.append((None, call_key, None))
+            run.pause(None, call_key)
             raise _End("paused")
         self.seq += 1
         if isinstance(verdict, Refuse):
@@ -497,9 +436,7 @@ class RoutedRunner:
                                       approval=verdict.approval)
         elif self._in_flight_write(seq, tool):
             receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
-                                      status="interrupted", message=(
-                                          "this write was in flight when the run stopped, so it may or may not have"
-                                          " happened; run it again on purpose with --retry-interrupted"))
+                                      status="interrupted", message=IN_FLIGHT)
         else:
             self._current = InFlight(it, tool, verdict.args, seq, verdict.approval)
             paused = None
@@ -514,15 +451,15 @@ class RoutedRunner:
                     paused = exc
                 else:  # settled before the nursery closes: an abort read now cannot lose it
                     self._current = None
-                    session.settlement.settle(receipt)  # type: ignore[union-attr]
+                    run.settle(receipt)
                     self._count(tool, args, receipt)
                 nursery.cancel_scope.cancel()
             if paused is not None:
                 self._current = None
-                session.state.paused.append((None, call_key, paused.child_run_id))
+                run.pause(None, call_key, paused.child_run_id)
                 raise _End("paused")
             return receipt
-        session.settlement.settle(receipt)  # type: ignore[union-attr]
+        run.settle(receipt)
         self._count(tool, args, receipt)
         return receipt
 
@@ -533,7 +470,7 @@ class RoutedRunner:
         rec = self.recording.replayed_receipt(seq, tool)
         if rec is None:
             return None
-        ctx = self.session.ctx
+        ctx = self.handle.ctx
         return Receipt.from_record({**rec, "run_id": ctx.run_id, "receipt_id": ctx.sequence.new_receipt_id(),
                                     "completion_seq": ctx.sequence.next_completion(), "iteration": it})
 
@@ -548,12 +485,12 @@ class RoutedRunner:
         if not isinstance(decision, Decision) or decision.args is None:
             return None
         tool = self._tool(decision.tool)
-        return self.session.ctx.redactor(tool).apply(decision.args) if tool is not None else decision.args
+        return self.handle.ctx.redactor(tool).apply(decision.args) if tool is not None else decision.args
 
     def _record_decision(self, it: int, decision: Decision | Malformed, answer: Any, *, rejected: str | None) -> None:
         is_decision = isinstance(decision, Decision)
         rec = {
-            "type": "decision", "run_id": self.session.run_id, "iteration": it,
+            "type": "decision", "run_id": self.handle.run_id, "iteration": it,
             "action": decision.action if is_decision else None,
             "tool": decision.tool if is_decision else None,
             "args": self._shown_args(decision),
@@ -562,7 +499,7 @@ class RoutedRunner:
             "tokens": {"input": answer.reply.input_tokens, "output": answer.reply.output_tokens},
             "model": answer.reply.model, "duration_ms": answer.duration_ms,
         }
-        self.session.settlement.record(rec)  # type: ignore[union-attr]
+        self.handle.record(rec)
 
     def _journal_answer(self, rec: dict) -> None:
         """Journal a model's answer with no secret in it: the values it proposes for a tool's
@@ -571,7 +508,7 @@ class RoutedRunner:
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
             rec = {**rec, "text": self._without_proposed_secrets(rec["text"])}
-        self.session.store.put_model_answer(scrub_record(rec, self._secrets))
+        self.handle.model_answer(scrub_record(rec, self._secrets))
 
     def _without_proposed_secrets(self, text: str) -> str:
         decision = parse_decision(text)
@@ -580,7 +517,7 @@ class RoutedRunner:
         tool = self._tool(decision.tool)
         if tool is None:
             return text
-        red = self.session.ctx.redactor(tool)
+        red = self.handle.ctx.redactor(tool)
         proposed = red.secrets(decision.args)
         if not proposed:
             return text
@@ -595,51 +532,4 @@ class RoutedRunner:
         cannot be rebuilt (its arguments came from the model)."""
         recorded = answer.recorded or (self.recording is not None and self.recording.replay)
         tool = self._tool(decision.tool)
-        return recorded and tool is not None and self.session.ctx.redactor(tool).marked(decision.args)
-
-    # -- closeout ----------------------------------------------------------------------------------
-
-    async def _closeout(self) -> Any:
-        """The final profile writes the answer from the evidence; one repair, then parse_error.
-        Operators' controls are read before each of its requests: an abort there is honoured."""
-        self._check_budgets(before_router=False)
-        self._controls_before_final()
-        spec = self.spec
-        messages = final_messages(self._view(), spec.final_schema, spec.prompts)
-        answer = await self.ask("final", messages)
-        if self._overspent():
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
-        final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
-        if errors is None:
-            return await self._guard_final(final)
-        errors = self._if_cut(answer, errors)
-        self._check_budgets(before_router=False)
-        self._controls_before_final()
-        answer = await self.ask("final", repair_messages(messages, answer.reply.text, errors, spec.prompts))
-        if self._overspent():
-            raise _End("budget_exceeded", why=budget_why(self.spec.budget, self.state, child=self.parent_budget is not None))
-        final, errors = check_final(answer.reply.text, spec.final_validator, spec.outcomes)
-        if errors is None:
-            return await self._guard_final(final)
-        errors = self._if_cut(answer, errors)
-        raise _End("parse_error", why="the final answer failed its checks after one repair: "
-                                      + quoted("; ".join(errors)))
-
-    def _controls_before_final(self) -> None:
-        it = self.state.iterations
-        why = self.supervision.read_controls(it, live=not self.models.will_reuse("final"), shown=False)
-        if why is not None:
-            raise _End("aborted", why=why)
-
-    @staticmethod
-    def _if_cut(answer: Any, errors: list[str]) -> list[str]:
-        """A reply that stopped at the output token limit says so first: its flaws may be only that."""
-        return [f"the reply was {CUT}", *errors] if answer.reply.cut else errors
-
-    async def _guard_final(self, final: Any) -> Any:
-        act = await guard_final(self.spec.final_guards, final)
-        if act is not None:
-            self._record_guard(self.state.iterations, act.guard, None, act.action, act.reason)
-            raise _End("guardrail_violation", why=f"the final-answer guard {act.guard} blocked the answer: "
-                                                  f"{quoted(act.reason or 'blocked')}")
-        return final
+        return recorded and tool is not None and self.handle.ctx.redactor(tool).marked(decision.args)

@@ -16,7 +16,7 @@ import trio
 
 from ..plan.admit import AdmittedPlan
 from ..store import lease_token
-from .controls import control_holds
+from .handle import RunHandle
 from .lanes import run_lanes
 from .session import Emit, RunnerEnd, RunOptions, RunResult, RunSession, new_run_id
 from .spool import lane_rows
@@ -68,10 +68,9 @@ class LanesRunner:
         if resume.get("contract_changed"):
             session.store.set_contract(ctx.run_id, plan.contract.contract_sha256)
 
-    async def __call__(self, session: RunSession) -> RunnerEnd:
+    async def __call__(self, run: RunHandle) -> RunnerEnd:
         plan, resume = self.plan, self.resume
-        settlement = session.settlement
-        assert settlement is not None
+        settlement = run.settlement
         skip: frozenset[int] = frozenset()
         prior: list = []
         if resume is not None:
@@ -79,16 +78,16 @@ class LanesRunner:
             settlement.journaled(resume.get("journaled", ()))
         lanes = plan.all_lanes() if plan.spool is not None and resume is None else plan.lanes
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_for_abort, session)
+            nursery.start_soon(_watch_for_abort, run)
             state = await run_lanes(
-                session.ctx, lanes, plan.max_concurrency if plan.mode == "parallel" else 1, settlement,
-                halt=session.options.halt, skip_seqs=skip, prior=prior, state=session.state,
-                stream=plan.stream if resume is None else None, on_rejected=session.options.on_rejected)
+                run.ctx, lanes, plan.max_concurrency if plan.mode == "parallel" else 1, settlement,
+                halt=run.halt, skip_seqs=skip, prior=prior, state=run.state,
+                stream=plan.stream if resume is None else None, on_rejected=run.on_rejected)
             nursery.cancel_scope.cancel()
         summary: dict = {}
         failed = None
         if plan.stream is not None and resume is None:
-            session.store.set_total_calls(session.run_id, state.total)  # rejected lanes' calls included
+            run.set_total_calls(state.total)  # rejected lanes' calls included
             summary["rejected_lanes"] = state.rejected_lanes
             if state.rejected_lanes and not (state.halted or state.paused or state.interrupted):
                 failed = "failed"  # a lane that was not admitted is a failure of the run
@@ -101,22 +100,22 @@ class LanesRunner:
 CONTROL_POLL_S = 0.2
 
 
-async def _watch_for_abort(session: RunSession) -> None:
+async def _watch_for_abort(run: RunHandle) -> None:
     """An operator's ``toolloop abort`` stops the batch as ``--halt now`` would (resumable)."""
     seen = 0
     while True:
-        for n, kind, message, consumed in session.store.controls_after(session.run_id, seen):
+        for n, kind, message, consumed in run.controls_after(seen):
             seen = n + 1
             if consumed is not None:
                 continue  # an earlier session of the run stopped for it; resume goes on
-            if not control_holds(session.store, session.run_id, n, kind, session.options.on_warning):
+            if not run.control_holds(n, kind):
                 continue
-            session.store.consume_control(session.run_id, n, 0)
+            run.consume_control(n, 0)
             if kind == "abort":
                 why = f"aborted by an operator{': ' + message if message else ''}"
-                session.settlement.record({"type": "supervisor", "run_id": session.run_id,  # type: ignore[union-attr]
-                                           "iteration": 0, "rule": "operator", "action": "abort", "reason": why})
-                session.state.stop_now(why)
+                run.record({"type": "supervisor", "run_id": run.run_id,
+                            "iteration": 0, "rule": "operator", "action": "abort", "reason": why})
+                run.state.stop_now(why)
                 return
         await trio.sleep(CONTROL_POLL_S)
 

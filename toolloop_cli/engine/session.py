@@ -1,10 +1,11 @@
 """A run of the engine: its lease, signals, journal, executors, summary and exit status.
 
 ``RunSession.run(runner)`` opens what every run needs and runs ``runner``, an async callable that
-gets the session and returns a ``RunnerEnd``: the lanes runner (``engine/lanes.py``) for sequential
-and parallel plans, the routed loop for routed plans. The runner settles its records through
-``session.settlement``; the session commits them, writes the summary last and says how the run
-ended. Output goes through the ``emit`` callback only; nothing here prints.
+gets a narrow handle on the run (``handle.RunHandle``, not the session) and returns a
+``RunnerEnd``: the lanes runner (``run.LanesRunner``) for sequential and parallel plans, the routed
+loop for routed plans. The runner settles its records through the handle; the session commits
+them, writes the summary last and says how the run ended. Output goes through the ``emit``
+callback only; nothing here prints.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter
 from .context import DEFAULT_OUTPUT_CAP, RunContext, RunServices
 from .executors import Executors
+from .handle import RunHandle
 from .redact import RunSecrets, run_credentials, scrub_record
 from .runstate import HaltPolicy, RunState
 from .settle import Settlement
@@ -101,7 +103,8 @@ class Runner(Protocol):
     def begin(self, session: RunSession) -> None:
         """Journal what the run is (or reopen it), before the event loop starts."""
 
-    def __call__(self, session: RunSession) -> Awaitable[RunnerEnd]: ...
+    def __call__(self, run: RunHandle) -> Awaitable[RunnerEnd]:
+        """Run, through the narrow handle the session gives (``handle.py``), not the session."""
 
 
 class SignalCount:
@@ -327,7 +330,7 @@ class RunSession:
                     if signals.enabled:
                         await nursery.start(signals.watch)
                     async with self.ctx.services.executors.opened():  # type: ignore[union-attr]
-                        ending.append(await runner(self))
+                        ending.append(await runner(self.handle()))
                     nursery.cancel_scope.cancel()
 
             try:
@@ -345,6 +348,15 @@ class RunSession:
             finally:  # exported after the summary is out: a slow collector delays only the exit
                 self._end_telemetry(result.summary if "result" in locals() else {"status": "failed"})
         return result
+
+    def handle(self) -> RunHandle:
+        """What the runner may do to this run (``handle.py``); the settlement and the journal are open."""
+        assert self.settlement is not None
+        return RunHandle(ctx=self.ctx, settlement=self.settlement, state=self.state, store=self.store,
+                         journal=self.journal, halt=self.options.halt, warn=self.options.on_warning,
+                         on_rejected=self.options.on_rejected,
+                         on_model_answer=self.telemetry.chat if self.telemetry is not None else None,
+                         providers=self.options.providers)
 
     def _describe(self) -> None:
         """The run's labels (a resume keeps those it was started with; child runs take their
@@ -373,7 +385,7 @@ class RunSession:
         self.settlement = Settlement(journal=self.journal, children=self.ctx.children, counts=self.state.counts,
                                      secrets=self.ctx.services.secrets)
         async with self.ctx.services.executors.opened():  # type: ignore[union-attr]
-            end = await runner(self)
+            end = await runner(self.handle())
         await trio.to_thread.run_sync(parent_journal.sync)
         return self._finish(end, self.state.interrupted, t0)
 

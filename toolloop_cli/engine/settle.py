@@ -28,9 +28,14 @@ from typing import Any, Callable, Iterable
 import trio
 
 from ..receipts import STATUSES, Receipt
+from .dispatch_order import take_dispatched
 from .redact import scrub_record
 
 Sink = Callable[[Receipt], None]
+
+
+def _seq(receipt: Receipt) -> int:
+    return receipt.seq
 
 
 class Children:
@@ -49,11 +54,7 @@ class Children:
         order they finished; each is handed out once."""
         if not self._by_parent:
             return []
-        out: list[Receipt] = []
-        for r in self._by_parent.pop(parent_seq, ()):
-            out.append(r)
-            out.extend(self.take(r.seq))
-        return out
+        return take_dispatched(self._by_parent, parent_seq, _seq)
 
 
 class Settlement:

@@ -18,10 +18,9 @@ import trio
 
 from ..router.judge import judge_messages, parse_verdict
 from ..router.supervisor import SupervisorState, check_rules
-from ..router.views import Malformed, Step, Trajectory, Usage
+from ..router.views import Malformed, Step, Trajectory
 from ..providers.base import CUT
 from .endings import quoted
-from .controls import control_holds
 from .model_calls import ProviderFailed
 
 if TYPE_CHECKING:
@@ -70,18 +69,18 @@ class Supervision:
         the one that must see it. ``iteration`` is the turn the record is written at (default
         ``turn``); ``shown`` False where no turn follows to show a steer at (closeout)."""
         runner = self.runner
-        store, run_id = runner.session.store, runner.session.run_id
+        run = runner.handle
         at = turn if iteration is None else iteration
-        for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
+        for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
             if consumed_at is not None and consumed_at > turn:
                 break  # read at a later turn of the run this resume replays
             if consumed_at is None and not live:
                 break
             self.controls_seen = n + 1
-            if not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
+            if not run.control_holds(n, kind):
                 continue
             if consumed_at is None:
-                store.consume_control(run_id, n, turn)
+                run.consume_control(n, turn)
             if kind == "steer" and shown:
                 runner.steer.append(message)
                 runner.record_supervisor(at, "operator", "steer", message)
@@ -97,7 +96,7 @@ class Supervision:
         """Whether an operator's abort is in the journal, not read yet."""
         runner = self.runner
         return any(kind == "abort" and consumed_at is None for _n, kind, _m, consumed_at
-                   in runner.session.store.controls_after(runner.session.run_id, self.controls_seen))
+                   in runner.handle.controls_after(self.controls_seen))
 
     async def watch_for_abort(self, iteration: int) -> None:
         """While the call of turn ``iteration`` runs: an operator's abort ends the loop at once,
@@ -115,38 +114,25 @@ class Supervision:
         """Controls that arrived after the run's last model request: the run ended as it would
         have, and each is recorded as having come too late (so nothing an operator sent vanishes)."""
         runner = self.runner
-        store, run_id = runner.session.store, runner.session.run_id
-        it = runner.state.iterations
-        for n, kind, message, consumed_at in store.controls_after(run_id, self.controls_seen):
+        run = runner.handle
+        it = runner.ledger.iterations
+        for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
             self.controls_seen = n + 1
-            if consumed_at is not None or not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
+            if consumed_at is not None or not run.control_holds(n, kind):
                 continue
-            store.consume_control(run_id, n, it)
+            run.consume_control(n, it)
             said = message or ("aborted by an operator" if kind == "abort" else "")
             runner.record_supervisor(it, "operator", kind, f"{said} (arrived after the run's last model request;"
                                                            f" the run ended {outcome} as it would have)")
 
     # -- rules and the judge -----------------------------------------------------------------
 
-    def _fractions(self) -> dict[str, float]:
-        r = self.runner
-        b, s = r.spec.budget, r.state
-        out = {
-            "iterations": s.iterations / b.max_iterations,
-            "tokens": s.tokens / b.max_tokens,
-            "tool_calls": s.tool_calls / b.max_tool_calls if b.max_tool_calls else 0.0,
-            "time": r.seconds_spent() / b.timeout_s,
-        }
-        if b.max_cost_usd:
-            out["cost"] = (s.cost_usd or 0.0) / b.max_cost_usd
-        return out
-
     async def after_turn(self, iteration: int) -> Ending | None:
         """Rules, then the judge when due; returns how the loop ends, or None."""
         if self.spec is None:
             return None
         state = SupervisorState(iteration=iteration, proposals=dict(self.proposals), effects_run=dict(self.effects_run),
-                                fractions=self._fractions(), fired=dict(self.fired),
+                                fractions=self.runner.ledger.fractions(), fired=dict(self.fired),
                                 per_tool={k: dict(v) for k, v in self.runner.state.per_tool.items()})
         for hit in check_rules(self.spec.rules, state):
             self.fired[hit.rule_index] = iteration
@@ -172,13 +158,11 @@ class Supervision:
 
     async def _judge(self, iteration: int, judge: Any) -> Ending | None:
         r = self.runner
-        s = r.state
         why = self.read_controls(iteration + 1, live=not r.models.will_reuse("judge"), iteration=iteration)
         if why is not None:  # operators are read before every model request, the judge's too
             return "aborted", why
         trajectory = Trajectory(goal=r.spec.goal, steps=tuple(self.steps),
-                                used=Usage(s.iterations, s.tokens, s.tool_calls, r.seconds_spent(), s.cost_usd),
-                                left=r.budgets())
+                                used=r.ledger.usage(), left=r.ledger.left())
         try:
             answer = await r.ask("judge", judge_messages(judge.prompt, trajectory, r.spec.prompts))
         except ProviderFailed as exc:

@@ -1,0 +1,193 @@
+"""A routed run's budget ledger: what the run has spent of what its plan's ``budget`` allows.
+
+The ledger counts the four things a budget bounds: the router's turns (``max_iterations``),
+tokens and dollars (``max_tokens``, ``max_cost_usd``), tool calls (``max_tool_calls``) and time
+(``timeout_s``, less what an earlier session of a resumed run used). It is charged from three
+places:
+
+- every model request of the run (``charge_request``: the router, the final profile, the judge);
+- every child run (``plan:`` tools): a child's ledger has its parent's as ``parent``, passes each
+  request's spend on to it (``charge_child``), and may never spend more than its parent has left
+  (``tokens_left``, ``cost_left``);
+- every call the run makes: a settled call of the loop (``count_tool_call``) and a dispatched call,
+  which takes one of the calls left or is refused (``take_tool_call``, read by the gates).
+
+The routed runner asks it whether the loop may go on; the router's view of what is left
+(``left``), the supervisor's fractions spent (``fractions``) and the judge's usage (``usage``) are
+read from it, and so is the message of a ``budget_exceeded`` ending (``exceeded_why``). The ledger
+does not end anything itself: it only says what has been spent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import trio
+
+from ..router.views import Budgets, Usage
+
+#: the parts of a run its spend is reported by (the summary's ``loop.by_part``)
+PARTS = ("router", "final", "judge", "children")
+
+
+class BudgetLedger:
+    """One run's spend against its ``budget`` (a ``plan.routed.Budget``); ``parent`` is the ledger
+    of the run whose ``plan:`` tool started this one, which this one's spend counts toward too."""
+
+    def __init__(self, budget: Any, *, parent: BudgetLedger | None = None, seconds_used: float = 0.0,
+                 clock: Callable[[], float] = trio.current_time):
+        self.budget = budget
+        self.parent = parent
+        self.iterations = 0
+        self.tool_calls = 0
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.cost_usd: float | None = None
+        self.by_part: dict[str, dict[str, Any]] = {}
+        self.seconds_used = seconds_used  # before this session (a resumed run)
+        self._clock = clock
+        self._t0: float | None = None
+        self.deadline = float("inf")
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def start(self) -> float:
+        """The loop starts now: returns its deadline (the time budget less what was used before)."""
+        self._t0 = self._clock()
+        self.deadline = self._t0 + max(0.0, self.budget.timeout_s - self.seconds_used)
+        return self.deadline
+
+    def seconds_spent(self) -> float:
+        return self.seconds_used + (self._clock() - self._t0 if self._t0 is not None else 0.0)
+
+    # -- charges ------------------------------------------------------------------------------
+
+    @property
+    def tokens(self) -> int:
+        return self.tokens_in + self.tokens_out
+
+    def charge_request(self, part: str, input_tokens: int, output_tokens: int, cost: float | None) -> None:
+        """A model request of this run (``part``: the role that asked) spent this; its parent's
+        ledger is charged too."""
+        self._charge(part, input_tokens, output_tokens, cost)
+        if self.parent is not None:
+            self.parent.charge_child(input_tokens, output_tokens, cost)
+
+    def charge_child(self, input_tokens: int, output_tokens: int, cost: float | None) -> None:
+        """A child run spent this: it counts toward this run's budgets (and its parent's)."""
+        self._charge("children", input_tokens, output_tokens, cost)
+        if self.parent is not None:
+            self.parent.charge_child(input_tokens, output_tokens, cost)
+
+    def _charge(self, part: str, input_tokens: int, output_tokens: int, cost: float | None) -> None:
+        self.tokens_in += input_tokens
+        self.tokens_out += output_tokens
+        spent = self.by_part.setdefault(part, {"tokens": 0, "cost_usd": None})
+        spent["tokens"] += input_tokens + output_tokens
+        if cost is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + cost
+            spent["cost_usd"] = (spent["cost_usd"] or 0.0) + cost
+
+    def count_turn(self) -> int:
+        """The router answered: one more turn. Returns the turn's number."""
+        self.iterations += 1
+        return self.iterations
+
+    def count_tool_call(self) -> None:
+        """A call of the loop settled (or was kept by a resume)."""
+        self.tool_calls += 1
+
+    def take_tool_call(self) -> bool:
+        """A dispatched call takes one of the run's tool calls, if any is left."""
+        if self.tool_calls_left() <= 0:
+            return False
+        self.tool_calls += 1
+        return True
+
+    # -- what is left -------------------------------------------------------------------------
+
+    def tool_calls_left(self) -> int:
+        return self.budget.max_tool_calls - self.tool_calls
+
+    def tokens_left(self) -> int:
+        """Tokens this run may still spend: its own budget, capped by its parent's."""
+        own = self.budget.max_tokens - self.tokens
+        return min(own, self.parent.tokens_left()) if self.parent is not None else own
+
+    def cost_left(self) -> float | None:
+        """Dollars this run may still spend (None: no cost budget anywhere above it)."""
+        b = self.budget
+        own = None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.cost_usd or 0.0))
+        above = self.parent.cost_left() if self.parent is not None else None
+        if own is None:
+            return above
+        return own if above is None else min(own, above)
+
+    def turns_used(self) -> bool:
+        """Whether the router has taken every turn its budget gives."""
+        return self.iterations >= self.budget.max_iterations
+
+    def spent(self) -> bool:
+        """Whether the run's own tokens or dollars are used up (no further request may start)."""
+        b = self.budget
+        return self.tokens >= b.max_tokens or (b.max_cost_usd is not None and (self.cost_usd or 0.0) >= b.max_cost_usd)
+
+    def overspent(self) -> bool:
+        """Whether a request just took the run past its own tokens or dollars."""
+        b = self.budget
+        return self.tokens > b.max_tokens or (b.max_cost_usd is not None and (self.cost_usd or 0.0) > b.max_cost_usd)
+
+    def exhausted(self) -> bool:
+        """Whether no further request may start: nothing left here or in a parent's budget."""
+        return self.tokens_left() <= 0 or self.cost_left() == 0.0
+
+    # -- what others read ---------------------------------------------------------------------
+
+    def left(self) -> Budgets:
+        """What the router is told is left."""
+        b = self.budget
+        return Budgets(
+            iterations_left=max(0, b.max_iterations - self.iterations),
+            tokens_left=max(0, b.max_tokens - self.tokens),
+            tool_calls_left=max(0, b.max_tool_calls - self.tool_calls),
+            seconds_left=max(0.0, self.deadline - self._clock()),
+            cost_left_usd=None if b.max_cost_usd is None else max(0.0, b.max_cost_usd - (self.cost_usd or 0.0)),
+        )
+
+    def fractions(self) -> dict[str, float]:
+        """How much of each budget is spent, 0.0 to 1.0 and over (the supervisor's
+        ``budget_fraction`` rules read these)."""
+        b = self.budget
+        out = {
+            "iterations": self.iterations / b.max_iterations,
+            "tokens": self.tokens / b.max_tokens,
+            "tool_calls": self.tool_calls / b.max_tool_calls if b.max_tool_calls else 0.0,
+            "time": self.seconds_spent() / b.timeout_s,
+        }
+        if b.max_cost_usd:
+            out["cost"] = (self.cost_usd or 0.0) / b.max_cost_usd
+        return out
+
+    def usage(self) -> Usage:
+        """What the judge is told was used."""
+        return Usage(self.iterations, self.tokens, self.tool_calls, self.seconds_spent(), self.cost_usd)
+
+    def exceeded_why(self) -> str:
+        """``budget_exceeded``: the budget spent and its limit (a child run: its parent's budget)."""
+        b = self.budget
+        if self.tokens >= b.max_tokens:
+            return f"the run used {self.tokens} tokens of its max_tokens {b.max_tokens}"
+        if b.max_cost_usd is not None and (self.cost_usd or 0.0) >= b.max_cost_usd:
+            return f"the run spent {self.cost_usd or 0.0:.6g} US dollars of its max_cost_usd {b.max_cost_usd:g}"
+        if self.parent is not None:
+            return "the parent run's budget is spent (its children's tokens and cost count toward it)"
+        return "the run's budget is spent"
+
+    def summary(self) -> dict:
+        """The spend part of the summary's ``loop``."""
+        return {
+            "iterations": self.iterations, "tool_calls": self.tool_calls,
+            "tokens": {"input": self.tokens_in, "output": self.tokens_out},
+            "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+            "by_part": {p: self.by_part.get(p, {"tokens": 0, "cost_usd": None}) for p in PARTS},
+        }

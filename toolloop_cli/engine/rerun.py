@@ -1,0 +1,46 @@
+"""What ``resume`` does with a call, by the status of its receipt: the one table, read by the lanes'
+resume (``resume.py``) and by the routed runner going through its journal again (``recording.py``).
+
+- a committed ``ok`` receipt is kept; the call never runs again;
+- ``error``, ``timeout``, ``invalid_output``, ``invalid_input`` are kept, or run again with
+  ``--retry-failed``; ``interrupted`` is kept, or run again with ``--retry-interrupted``;
+- ``denied``, ``duplicate``, ``budget_exceeded`` are kept;
+- no receipt, ``cancelled`` or ``skipped``: the call runs again, unless it is an at-most-once write
+  whose start was committed: then it is reported ``interrupted`` (``--retry-interrupted`` runs it).
+"""
+
+from __future__ import annotations
+
+from ..receipts import FAILED_STATUSES
+
+#: kept whatever the flags say
+KEPT_STATUSES = frozenset({"ok", "denied", "duplicate", "budget_exceeded"})
+#: kept, or run again with --retry-failed
+RETRIED_IF_FAILED = FAILED_STATUSES | {"invalid_input"}
+#: receipts that leave the call to run again (and so may leave a write in flight)
+NOT_DONE = (None, "cancelled", "skipped")
+
+#: the message of a write reported ``interrupted`` because its start was committed with no receipt
+IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
+             " run it again on purpose with --retry-interrupted")
+
+
+def resume_action(status: str | None, *, in_flight_write: bool, retry_failed: bool, retry_interrupted: bool) -> str:
+    """``keep`` (the receipt stands), ``run`` (the call runs again) or ``interrupted`` (an
+    at-most-once write that was in flight) for a call whose receipt has ``status`` (None: none)."""
+    if status in KEPT_STATUSES:
+        return "keep"
+    if status in RETRIED_IF_FAILED:
+        return "run" if retry_failed else "keep"
+    if status == "interrupted":
+        return "run" if retry_interrupted else "keep"
+    # no receipt, cancelled or skipped
+    if in_flight_write and not retry_interrupted:
+        return "interrupted"
+    return "run"
+
+
+def write_in_flight(status: str | None, started: bool, at_most_once: bool) -> bool:
+    """Whether a call is an at-most-once write whose start was committed and whose receipt (if
+    any) does not say it ended: the process stopped while it ran."""
+    return at_most_once and started and status in (None, "cancelled")
