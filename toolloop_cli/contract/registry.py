@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path as FsPath
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -126,41 +127,10 @@ def _compile(
         if r.fn is None:
             col.add("TL360", f"evidence hook: {r.message}", ("evidence",), r.hint)
         evidence = r.fn
-    subagents: dict[str, SubagentSpec] = {}
     missing: dict[str, list] = {}  # third-party module not installed -> the tools that need it
-    for sid, sdecl in decl.subagents.items():
-        rd = sdecl.runner_defaults
-        check_timeout = sid not in partial.unknown_defaults
-        tools: dict[str, ToolSpec] = {}
-        names: set[str] = set()
-        for tid, tdecl in sdecl.tools.items():
-            if tdecl.plan is not None and tdecl.callable is None and tdecl.mcp is None:
-                spec = compile_plan_tool(sid, tid, tdecl, path, rd.tool_timeout_s, default_timeout_s, col)
-            else:
-                spec = compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout,
-                                     misspelled=partial.misspelled.get((sid, tid), set()), missing=missing)
-            expanded = _mcp_tools(tid, tdecl, spec)
-            names |= set(expanded) if expanded else {tid}
-            tools.update({k: v for k, v in expanded.items() if v is not None})
-        known = names | partial.left_out_tools.get(sid, set())
-        for i, name in enumerate(rd.allowed_tools or []):
-            if name not in known:
-                _unknown_tool(col, "TL302", f"allowed_tools names {quoted(name)}, which is not a tool of subagent {quoted(sid)}",
-                              name, known, ("subagents", sid, "runner_defaults", "allowed_tools", i))
-        for tid, tdecl in sdecl.tools.items():
-            for i, name in enumerate(tdecl.dispatch):
-                if name not in known:
-                    _unknown_tool(col, "TL303", f"tool {quoted(tid)} dispatches to {quoted(name)}, which is not a tool of subagent {quoted(sid)}",
-                                  name, known, ("subagents", sid, "tools", tid, "dispatch", i))
-        allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sorted(names))
-        subagents[sid] = SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s,
-                                      rd.max_depth if rd.max_depth is not None else 2)
-    for module, needed_by in missing.items():
-        _tid, where, first = needed_by[0]
-        tools = [f"'{tid}'" for tid, _w, _r in needed_by]
-        shown = ", ".join(tools[:3]) + (f" and {len(tools) - 3} more" if len(tools) > 3 else "")
-        col.add("TL306", f"{first.message} (needed by {'tool' if len(tools) == 1 else 'tools'} {shown})", where,
-                first.hint)
+    subagents = {sid: _compile_subagent(sid, sdecl, path, col, default_timeout_s, root, partial, missing)
+                 for sid, sdecl in decl.subagents.items()}
+    _report_missing(missing, col)
     if (col.has_errors and not keep_partial) or root is None:
         return None
     return Contract(
@@ -171,6 +141,47 @@ def _compile(
         evidence=evidence,
         decl=decl,
     )
+
+
+def _compile_subagent(sid: str, sdecl: Any, path: FsPath, col: Collector, default_timeout_s: float | None,
+                      root: str | None, partial: Partial, missing: dict[str, list]) -> SubagentSpec:
+    """One subagent's tools compiled, and the tool names its allowlist and dispatches give checked."""
+    rd = sdecl.runner_defaults
+    check_timeout = sid not in partial.unknown_defaults
+    tools: dict[str, ToolSpec] = {}
+    names: set[str] = set()
+    for tid, tdecl in sdecl.tools.items():
+        if tdecl.plan is not None and tdecl.callable is None and tdecl.mcp is None:
+            spec = compile_plan_tool(sid, tid, tdecl, path, rd.tool_timeout_s, default_timeout_s, col)
+        else:
+            spec = compile_tool(sid, tid, tdecl, rd.tool_timeout_s, default_timeout_s, root, col, check_timeout,
+                                misspelled=partial.misspelled.get((sid, tid), set()), missing=missing)
+        expanded = _mcp_tools(tid, tdecl, spec)
+        names |= set(expanded) if expanded else {tid}
+        tools.update({k: v for k, v in expanded.items() if v is not None})
+    known = names | partial.left_out_tools.get(sid, set())
+    for i, name in enumerate(rd.allowed_tools or []):
+        if name not in known:
+            _unknown_tool(col, "TL302", f"allowed_tools names {quoted(name)}, which is not a tool of subagent {quoted(sid)}",
+                          name, known, ("subagents", sid, "runner_defaults", "allowed_tools", i))
+    for tid, tdecl in sdecl.tools.items():
+        for i, name in enumerate(tdecl.dispatch):
+            if name not in known:
+                _unknown_tool(col, "TL303", f"tool {quoted(tid)} dispatches to {quoted(name)}, which is not a tool of subagent {quoted(sid)}",
+                              name, known, ("subagents", sid, "tools", tid, "dispatch", i))
+    allowed = tuple(rd.allowed_tools) if rd.allowed_tools is not None else tuple(sorted(names))
+    return SubagentSpec(sid, tools, allowed, rd.max_calls, rd.tool_timeout_s,
+                        rd.max_depth if rd.max_depth is not None else 2)
+
+
+def _report_missing(missing: dict[str, list], col: Collector) -> None:
+    """TL306 once per third-party module that is not installed, naming the tools that need it."""
+    for module, needed_by in missing.items():
+        _tid, where, first = needed_by[0]
+        tools = [f"'{tid}'" for tid, _w, _r in needed_by]
+        shown = ", ".join(tools[:3]) + (f" and {len(tools) - 3} more" if len(tools) > 3 else "")
+        col.add("TL306", f"{first.message} (needed by {'tool' if len(tools) == 1 else 'tools'} {shown})", where,
+                first.hint)
 
 
 def _mcp_tools(tid: str, tdecl: ToolDecl, spec: ToolSpec | None) -> dict[str, ToolSpec | None]:

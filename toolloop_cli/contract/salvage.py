@@ -34,6 +34,28 @@ def drop_consequences(col: Collector, refused: list[str]) -> None:
 def salvage(data: dict, broken: list[tuple], partial: Partial) -> RegistryDecl | None:
     """The declaration without the broken tools, runner_defaults and unknown keys, or None
     when what is broken is needed to check anything else (subagents, app_root)."""
+    top, subs = _copied(data)
+    for loc in broken:
+        if not loc:
+            return None
+        head = loc[0]
+        if head == "version":
+            top["version"] = 1
+        elif head in ("app_root",) or (head == "subagents" and (len(loc) == 1 or subs is None)):
+            return None
+        elif head != "subagents":
+            top.pop(head, None)
+            partial.skip_evidence = partial.skip_evidence or head == "evidence"
+        else:
+            _leave_out_in_subagent(subs, loc, partial)  # type: ignore[arg-type]  # not None here
+    try:
+        return RegistryDecl.model_validate(top)
+    except ValidationError:
+        return None
+
+
+def _copied(data: dict) -> tuple[dict, dict | None]:
+    """The top level, its subagents, each subagent and its tools copied (what salvage changes)."""
     top = dict(data)
     subs = dict(top["subagents"]) if isinstance(top.get("subagents"), dict) else None
     if subs is not None:
@@ -43,48 +65,41 @@ def salvage(data: dict, broken: list[tuple], partial: Partial) -> RegistryDecl |
                 subs[sid] = dict(sub)
                 if isinstance(sub.get("tools"), dict):
                     subs[sid]["tools"] = dict(sub["tools"])
-    for loc in broken:
-        if not loc:
-            return None
-        head = loc[0]
-        if head == "version":
-            top["version"] = 1
-            continue
-        if head in ("app_root",) or (head == "subagents" and (len(loc) == 1 or subs is None)):
-            return None
-        if head != "subagents":
-            top.pop(head, None)
-            partial.skip_evidence = partial.skip_evidence or head == "evidence"
-            continue
-        sid = loc[1]
-        sub = subs.get(sid)
-        if not isinstance(sub, dict) or len(loc) == 2:
+    return top, subs
+
+
+def _leave_out_in_subagent(subs: dict, loc: tuple, partial: Partial) -> None:
+    """``subagents.SID...`` is broken: leave out the subagent, its tool, or its key."""
+    sid = loc[1]
+    sub = subs.get(sid)
+    if not isinstance(sub, dict) or len(loc) == 2:
+        subs.pop(sid, None)
+        return
+    key = loc[2]
+    if key == "tools":
+        if len(loc) == 3 or not isinstance(sub.get("tools"), dict):
             subs.pop(sid, None)
-            continue
-        key = loc[2]
-        if key == "tools":
-            if len(loc) == 3 or not isinstance(sub.get("tools"), dict):
-                subs.pop(sid, None)
-                continue
-            tid = loc[3]
-            tool = sub["tools"].get(tid)
-            if (len(loc) == 5 and isinstance(tool, dict) and loc[4] not in ToolDecl.model_fields
-                    and str(tid) not in partial.left_out_tools.get(str(sid), set())):
-                # an unknown key alone: check the rest of the tool without it (a misspelled
-                # required key is then not reported missing as well)
-                sub["tools"][tid] = {k: v for k, v in tool.items() if k != loc[4]}
-                near = did_you_mean(str(loc[4]), ToolDecl.model_fields)
-                if near is not None:
-                    partial.misspelled.setdefault((str(sid), str(tid)), set()).add(near)
-                continue
-            sub["tools"].pop(tid, None)
-            partial.left_out_tools.setdefault(str(sid), set()).add(str(tid))
-        elif key == "runner_defaults":
-            sub.pop("runner_defaults", None)
-            partial.unknown_defaults.add(str(sid))
         else:
-            sub.pop(key, None)
-    try:
-        return RegistryDecl.model_validate(top)
-    except ValidationError:
-        return None
+            _leave_out_tool(sub["tools"], str(sid), loc, partial)
+    elif key == "runner_defaults":
+        sub.pop("runner_defaults", None)
+        partial.unknown_defaults.add(str(sid))
+    else:
+        sub.pop(key, None)
+
+
+def _leave_out_tool(tools: dict, sid: str, loc: tuple, partial: Partial) -> None:
+    """``subagents.SID.tools.TID...`` is broken: drop an unknown key alone, else the tool."""
+    tid = loc[3]
+    tool = tools.get(tid)
+    if (len(loc) == 5 and isinstance(tool, dict) and loc[4] not in ToolDecl.model_fields
+            and str(tid) not in partial.left_out_tools.get(sid, set())):
+        # an unknown key alone: check the rest of the tool without it (a misspelled
+        # required key is then not reported missing as well)
+        tools[tid] = {k: v for k, v in tool.items() if k != loc[4]}
+        near = did_you_mean(str(loc[4]), ToolDecl.model_fields)
+        if near is not None:
+            partial.misspelled.setdefault((sid, str(tid)), set()).add(near)
+        return
+    tools.pop(tid, None)
+    partial.left_out_tools.setdefault(sid, set()).add(str(tid))

@@ -46,12 +46,7 @@ def compile_tool(
     asynchronous, runtime = _runtime_of(t, fn, at, col)
     sandbox = compile_sandbox(tid, t, at, root, col, "callable" if t.mcp is None else "mcp", asynchronous)
     validators = _compile_schemas(t, at, col)
-    envelope = None
-    if t.control_envelope is not None:
-        envelope, eprobs = compile_envelope(t.control_envelope, t.output_schema)
-        for sub, message in eprobs:
-            col.add("TL330", message, at + ("control_envelope",) + sub,
-                    "fix the envelope mapping (see the control envelope section of docs/calls.md)")
+    envelope = _envelope_of(t, at, col)
     redact = _check_redaction(t, at, col)
     writes_once = _check_retry(tid, t, at, col)
     if t.mcp is not None and not annotated:  # an MCP tool of unknown effect is a write (TL316)
@@ -68,8 +63,7 @@ def compile_tool(
         fn=fn,
         is_async=asynchronous,
         description=t.description or "",
-        input_schema=t.input_schema if t.input_schema is not None else {},
-        output_schema=t.output_schema if t.output_schema is not None else {},
+        **_declared_schemas(t),
         input_validator=validators.get("input_schema"),
         output_validator=validators.get("output_schema"),
         cacheable=t.cacheable,
@@ -91,6 +85,23 @@ def compile_tool(
         source=(col.smap.file, *col.smap.position(at, at_key=True)),
         sandbox=sandbox,
     )
+
+
+def _envelope_of(t: ToolDecl, at: tuple, col: Collector) -> Any:
+    """The tool's control envelope compiled (None when it has none or it is wrong: TL330)."""
+    if t.control_envelope is None:
+        return None
+    envelope, eprobs = compile_envelope(t.control_envelope, t.output_schema)
+    for sub, message in eprobs:
+        col.add("TL330", message, at + ("control_envelope",) + sub,
+                "fix the envelope mapping (see the control envelope section of docs/calls.md)")
+    return envelope
+
+
+def _declared_schemas(t: ToolDecl) -> dict[str, Any]:
+    """The schemas as declared ({} where absent: an MCP tool's come from its server at admission)."""
+    return {"input_schema": t.input_schema if t.input_schema is not None else {},
+            "output_schema": t.output_schema if t.output_schema is not None else {}}
 
 
 def _timeout_of(t: ToolDecl, subagent_timeout: float | None, default_timeout_s: float | None) -> float | None:
