@@ -105,13 +105,21 @@ def test_toolloop_call_runs_an_mcp_tool(cli, tmp_path):
 def test_an_mcp_tool_runs_through_execute_call_in_an_opened_run(tmp_path):
     import trio
 
-    from toolloop_cli.contract.mcp import resolve_server_tools
+    import dataclasses
+
+    from toolloop_cli.contract.mcp import discovered, resolve_server_tools
     from toolloop_cli.contract.registry import load_registry
     from toolloop_cli.engine import RunContext, execute_call
 
     contract, problems = load_registry(registry(tmp_path))
     assert contract is not None, problems
-    resolve_server_tools(contract.subagents["w"])
+    compiled = contract.subagents["w"].tools["now"]
+    sub, problems = discovered(lambda servers: resolve_server_tools(contract.subagents["w"], servers))
+    assert problems == []
+    # the compiled contract is left as it was: the filled-in tool is in the copy returned
+    assert contract.subagents["w"].tools["now"] is compiled and compiled.from_server
+    assert sub.tools["now"].description and not sub.tools["now"].from_server
+    contract = dataclasses.replace(contract, subagents={**contract.subagents, "w": sub})
     ctx = RunContext("run-test", contract)
     tool = contract.subagents["w"].tools["now"]
 
@@ -177,3 +185,34 @@ def test_a_routed_plan_calls_an_mcp_tool(cli, tmp_path):
     (receipt,) = [r for r in records if r["type"] == "receipt"]
     assert receipt["tool"] == "now" and receipt["status"] == "ok" and receipt["result"]["timezone"] == "UTC"
     assert records[-1]["outcome"] == "final" and records[-1]["final"] == {"answer": "done"}
+
+
+def test_admission_starts_no_server_it_asks_for_the_listing_it_lacks(tmp_path):
+    """Admission has no side effects: given no listing of a server its plan needs, it raises
+    ServersNeeded naming that server, with the MCP host (and its event loop) never loaded; the
+    discovery step lists the server, and admission then fills the tools in from what it offers."""
+    import subprocess
+    import sys
+
+    p = plan(tmp_path, [{"tool": "now", "args": {"timezone": "UTC"}}])
+    code = (
+        "import sys\n"
+        "from toolloop_cli.contract.mcp import ServersNeeded\n"
+        "from toolloop_cli.plan.admit import admit_plan\n"
+        "try:\n"
+        f"    admit_plan({str(p)!r}, servers={{}})\n"
+        "except ServersNeeded as need:\n"
+        "    print([d.allow for d in need.decls], 'toolloop_cli.contract.mcp_servers' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[['get_current_time', 'convert_time']] False", out.stderr  # one server, both tools'
+
+    from toolloop_cli.contract.mcp import discovered
+    from toolloop_cli.plan.admit import admit_plan
+
+    servers: dict = {}
+    admitted = discovered(lambda found: admit_plan(p, servers=found), servers)
+    assert len(servers) == 1  # the one server both tools share, listed once
+    tool = admitted.subagent.tools["now"]
+    assert tool.input_schema["properties"]["timezone"] and not tool.from_server
+    assert admit_plan(p, servers=servers).subagent.tools["now"].input_schema == tool.input_schema

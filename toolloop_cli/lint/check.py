@@ -56,6 +56,7 @@ class Checker:
         self.flags = flags
         self.report = Report()
         self._registries: dict[str, Any] = {}  # resolved path -> compiled contract (None when rejected)
+        self._servers: dict[tuple, Any] = {}  # what the MCP servers listed so far offer (contract.mcp.Listing)
         self._seen: set[Problem] = set()
 
     def _add(self, problems: list[Problem]) -> None:
@@ -88,9 +89,10 @@ class Checker:
 
             self._add(drift(Path(path), contract))
         if contract is not None:  # with a lock beside it: its MCP servers still offer the locked schemas
-            from ..contract.mcp import lock_problems, read_locked_hashes
+            from ..contract.mcp import listed, lock_problems, lock_servers, read_locked_hashes, server_key
 
-            self._add(lock_problems(contract))
+            self._servers.update(listed(d for d in lock_servers(contract) if server_key(d) not in self._servers))
+            self._add(lock_problems(contract, self._servers))
             if read_locked_hashes(contract.file):
                 entry.mcp_checked.update(contract.subagents)
         return entry
@@ -175,6 +177,7 @@ class Checker:
     def _admit(self, path: Path, decl: Any, col: Any, contract: Any, reg_path: str, broken: set[str]) -> None:
         """Admission as run does it; with ``broken`` tools (left out of a registry with errors),
         the findings that name them are left out too: they only repeat the registry's."""
+        from ..contract.mcp import discovered
         from ..contract.registry import display_path
         from ..errors import ConfigError
         from ..plan.admit import admit_declaration
@@ -187,9 +190,10 @@ class Checker:
         # admission reaches the MCP servers of the plan's subagent (as run does)
         self._registry(reg_path).mcp_checked.add(decl.subagent)
         try:
-            admit_declaration(decl, col, contract, shown=display_path(path), registry_path=reg_path, warnings=[],
-                              max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent,
-                              depth=1 if child else 0)
+            discovered(lambda servers: admit_declaration(
+                decl, col, contract, shown=display_path(path), registry_path=reg_path, warnings=[],
+                max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent, depth=1 if child else 0,
+                servers=servers), self._servers)
             problems = col.problems  # warnings
         except ConfigError as exc:
             problems = exc.problems

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import IO, TYPE_CHECKING, Any, Iterable
 
@@ -337,11 +337,23 @@ def admit_plan(
     depth: int = 0,
     max_depth: int | None = None,
     placement: str = "local",
+    servers: Listing | None = None,
 ) -> AdmittedPlan:
     """Load a plan and its registry and admit the whole plan; raises ``ConfigError`` listing
     every problem (plan and registry alike) when anything is wrong. ``depth`` is 0 for a top
     plan and grows for the child plans it runs (``max_depth`` is the top plan's cap);
-    ``placement`` is where its calls will run (``local`` or ``ray``)."""
+    ``placement`` is where its calls will run (``local`` or ``ray``). ``servers`` is what the
+    MCP discovery step found (``contract.mcp.discovered``); admission starts nothing,
+    and raises ``ServersNeeded`` when the plan needs a server the listing lacks. A caller that
+    brings no listing (a library caller, with no event loop of its own) has the discovery step
+    run for it first, as ``discovered`` does."""
+    if servers is None:
+        from ..contract.mcp import discovered
+
+        return discovered(lambda found: admit_plan(
+            path, registry=registry, app_root=app_root, max_concurrency=max_concurrency, lanes=lanes,
+            lanes_name=lanes_name, default_timeout_s=default_timeout_s, spool=spool, stream=stream, depth=depth,
+            max_depth=max_depth, placement=placement, servers=found))
     decl, col = load_plan(path)
     if decl is None:
         raise ConfigError(col.problems)
@@ -360,7 +372,7 @@ def admit_plan(
         decl, col, contract, shown=display_path(path), registry_path=reg_path,
         warnings=[p for p in reg_problems if p.level == "warning"], max_concurrency=max_concurrency,
         lanes=lanes, lanes_name=lanes_name, spool=spool, stream=stream, plan_dir=FsPath(path).parent,
-        depth=depth, max_depth=max_depth, placement=placement,
+        depth=depth, max_depth=max_depth, placement=placement, servers=servers,
     )
 
 
@@ -381,12 +393,17 @@ def admit_declaration(
     depth: int = 0,
     max_depth: int | None = None,
     placement: str = "local",
+    servers: Listing | None = None,
 ) -> AdmittedPlan:
     """Admit an already loaded plan declaration against a compiled contract; problems are
-    placed through ``col`` (the plan file's, or the command line's for ``toolloop call``)."""
+    placed through ``col`` (the plan file's, or the command line's for ``toolloop call``).
+    ``servers``: as for ``admit_plan``. The contract is not changed: the admitted plan holds a
+    copy with its MCP tools filled in and its plan tools' effects set."""
+    servers = {} if servers is None else servers
     sub = _subagent(decl, contract, col)
-    _resolve_mcp_tools(contract, sub, col)
-    contract, sub, child_plans = _admit_child_plans(decl, contract, sub, col, lanes is not None, depth, max_depth)
+    contract, sub = _resolve_mcp_tools(contract, sub, col, servers)
+    contract, sub, child_plans = _admit_child_plans(decl, contract, sub, col, lanes is not None, depth, max_depth,
+                                                    servers)
     adm = _Admitter(contract, sub, col)
     routed = None
     if decl.mode == "sequential":
@@ -433,18 +450,22 @@ def _subagent(decl: PlanDecl, contract: Contract, col: Collector) -> SubagentSpe
     return sub
 
 
-def _resolve_mcp_tools(contract: Contract, sub: SubagentSpec, col: Collector) -> None:
-    """MCP tools: descriptions, schemas (and trusted annotations) from their servers, which must
-    still offer the schemas toolloop.lock recorded."""
+def _resolve_mcp_tools(contract: Contract, sub: SubagentSpec, col: Collector, servers: Listing
+                       ) -> tuple[Contract, SubagentSpec]:
+    """MCP tools: descriptions, schemas (and trusted annotations) from what their servers offer,
+    which must still be the schemas toolloop.lock recorded."""
     from ..contract.mcp import read_locked_hashes, resolve_server_tools
 
-    server_problems = resolve_server_tools(sub, locked=read_locked_hashes(contract.file))
+    filled, server_problems = resolve_server_tools(sub, servers, locked=read_locked_hashes(contract.file))
     if any(p.level == "error" for p in server_problems):
         raise ConfigError(col.problems + server_problems)
+    if filled is sub:
+        return contract, sub
+    return replace(contract, subagents={**contract.subagents, sub.id: filled}), filled
 
 
 def _admit_child_plans(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Collector, more_lanes: bool,
-                       depth: int, max_depth: int | None) -> tuple[Contract, SubagentSpec, dict]:
+                       depth: int, max_depth: int | None, servers: Listing) -> tuple[Contract, SubagentSpec, dict]:
     """The child plans of the ``plan:`` tools the plan may call, admitted with it (``children.py``),
     and the contract with those tools' effects set."""
     if not any(t.kind == "plan" for t in sub.tools.values()):
@@ -453,7 +474,8 @@ def _admit_child_plans(decl: PlanDecl, contract: Contract, sub: SubagentSpec, co
 
     usable = _usable_tools(decl, sub, more_lanes)
     contract, sub, child_plans, child_problems = admit_children(
-        contract, sub, usable=usable, depth=depth, max_depth=max_depth if max_depth is not None else sub.max_depth)
+        contract, sub, usable=usable, depth=depth, max_depth=max_depth if max_depth is not None else sub.max_depth,
+        servers=servers)
     if child_problems:
         raise ConfigError(col.problems + child_problems)
     return contract, sub, child_plans
@@ -501,4 +523,5 @@ def _concurrency(decl: PlanDecl, given: int | None, col: Collector) -> int | Non
 from .lanes import LaneStream, read_lanes  # noqa: E402 - they build on _Admitter above
 
 if TYPE_CHECKING:  # routed admission (and the router it checks against) loads only for routed plans
+    from ..contract.mcp import Listing
     from .routed import RoutedSpec
