@@ -216,3 +216,16 @@ def test_admission_starts_no_server_it_asks_for_the_listing_it_lacks(tmp_path):
     tool = admitted.subagent.tools["now"]
     assert tool.input_schema["properties"]["timezone"] and not tool.from_server
     assert admit_plan(p, servers=servers).subagent.tools["now"].input_schema == tool.input_schema
+
+
+def test_the_discovery_step_runs_from_a_callers_trio_loop(tmp_path):
+    """A caller that owns a trio loop awaits the discovery step there (the sessions stay on the
+    MCP host), then admits with what it found."""
+    import trio
+
+    from toolloop_cli.contract.mcp_servers import discovered_async
+    from toolloop_cli.plan.admit import admit_plan
+
+    p = plan(tmp_path, [{"tool": "clock.get_current_time", "args": {"timezone": "UTC"}}])
+    admitted = trio.run(discovered_async, lambda found: admit_plan(p, servers=found))
+    assert admitted.subagent.tools["clock.get_current_time"].input_schema["properties"]["timezone"]
