@@ -229,3 +229,47 @@ def test_the_discovery_step_runs_from_a_callers_trio_loop(tmp_path):
     p = plan(tmp_path, [{"tool": "clock.get_current_time", "args": {"timezone": "UTC"}}])
     admitted = trio.run(discovered_async, lambda found: admit_plan(p, servers=found))
     assert admitted.subagent.tools["clock.get_current_time"].input_schema["properties"]["timezone"]
+
+
+def test_a_child_plans_mcp_servers_are_listed_before_its_parent_is_admitted_again(tmp_path, monkeypatch):
+    """A child plan's registry may name servers its parent's does not: admission asks for them
+    (ServersNeeded goes up through the parent), the discovery step lists them, and the parent is
+    admitted again with the child's MCP tools filled in."""
+    from toolloop_cli.contract.mcp import discovered
+    from toolloop_cli.plan.admit import admit_plan
+
+    monkeypatch.setenv("TL_TEST_KEY", "sk-unused")
+    registry(tmp_path)  # the child's registry, reg.yml: MCP tools
+    profile = "{provider: openai, model: m, base_url: 'http://127.0.0.1:9/v1', api_key_env: TL_TEST_KEY}"
+    write(tmp_path / "child.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: w
+        mode: routed
+        goal: Tell the time.
+        allowed_tools: [now]
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 2, max_tokens: 1000, max_tool_calls: 1, timeout_s: 30}}
+    """)
+    write(tmp_path / "parent_reg.yml", """
+        version: 1
+        subagents:
+          p:
+            runner_defaults: {tool_timeout_s: 30}
+            tools:
+              ask: {plan: child.yml, description: Ask the time.}
+    """)
+    parent = write(tmp_path / "parent.yml", json.dumps({
+        "version": 1, "registry": "parent_reg.yml", "subagent": "p", "mode": "sequential",
+        "calls": [{"tool": "ask", "args": {}}]}))
+    attempts: list[int] = []
+
+    def admit(found):
+        attempts.append(len(found))
+        return admit_plan(parent, servers=found)
+
+    admitted = discovered(admit)
+    assert attempts == [0, 1]  # asked for the child's server once, then admitted with it
+    child = next(iter(admitted.child_plans.values()))
+    assert child.subagent.tools["now"].input_schema["properties"]["timezone"]

@@ -31,6 +31,7 @@ def admit_children(contract: Contract, sub: SubagentSpec, *, usable: set[str], d
     runs it, when a child's registry needs a server it lacks)."""
     from .admit import admit_plan
 
+    servers = {} if servers is None else servers  # inside admission nothing is listed: ServersNeeded goes up
     plans: dict[str, AdmittedPlan] = {}
     problems: list[Problem] = []
     tools = dict(sub.tools)
