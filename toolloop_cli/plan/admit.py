@@ -397,7 +397,8 @@ def admit_declaration(
 ) -> AdmittedPlan:
     """Admit an already loaded plan declaration against a compiled contract; problems are
     placed through ``col`` (the plan file's, or the command line's for ``toolloop call``).
-    ``servers``: as for ``admit_plan``. The contract is not changed: the admitted plan holds a
+    ``servers``: what the MCP discovery step found (``ServersNeeded`` when the plan needs a
+    server it lacks; nothing is listed here, whether given or not). The contract is not changed: the admitted plan holds a
     copy with its MCP tools filled in and its plan tools' effects set."""
     servers = {} if servers is None else servers
     sub = _subagent(decl, contract, col)
