@@ -105,13 +105,21 @@ def test_toolloop_call_runs_an_mcp_tool(cli, tmp_path):
 def test_an_mcp_tool_runs_through_execute_call_in_an_opened_run(tmp_path):
     import trio
 
-    from toolloop_cli.contract.mcp import resolve_server_tools
+    import dataclasses
+
+    from toolloop_cli.contract.mcp import discovered, resolve_server_tools
     from toolloop_cli.contract.registry import load_registry
     from toolloop_cli.engine import RunContext, execute_call
 
     contract, problems = load_registry(registry(tmp_path))
     assert contract is not None, problems
-    resolve_server_tools(contract.subagents["w"])
+    compiled = contract.subagents["w"].tools["now"]
+    sub, problems = discovered(lambda servers: resolve_server_tools(contract.subagents["w"], servers))
+    assert problems == []
+    # the compiled contract is left as it was: the filled-in tool is in the copy returned
+    assert contract.subagents["w"].tools["now"] is compiled and compiled.from_server
+    assert sub.tools["now"].description and not sub.tools["now"].from_server
+    contract = dataclasses.replace(contract, subagents={**contract.subagents, "w": sub})
     ctx = RunContext("run-test", contract)
     tool = contract.subagents["w"].tools["now"]
 
@@ -177,3 +185,91 @@ def test_a_routed_plan_calls_an_mcp_tool(cli, tmp_path):
     (receipt,) = [r for r in records if r["type"] == "receipt"]
     assert receipt["tool"] == "now" and receipt["status"] == "ok" and receipt["result"]["timezone"] == "UTC"
     assert records[-1]["outcome"] == "final" and records[-1]["final"] == {"answer": "done"}
+
+
+def test_admission_starts_no_server_it_asks_for_the_listing_it_lacks(tmp_path):
+    """Admission has no side effects: given no listing of a server its plan needs, it raises
+    ServersNeeded naming that server, with the MCP host (and its event loop) never loaded; the
+    discovery step lists the server, and admission then fills the tools in from what it offers."""
+    import subprocess
+    import sys
+
+    p = plan(tmp_path, [{"tool": "now", "args": {"timezone": "UTC"}}])
+    code = (
+        "import sys\n"
+        "from toolloop_cli.contract.mcp import ServersNeeded\n"
+        "from toolloop_cli.plan.admit import admit_plan\n"
+        "try:\n"
+        f"    admit_plan({str(p)!r}, servers={{}})\n"
+        "except ServersNeeded as need:\n"
+        "    print([d.allow for d in need.decls], 'toolloop_cli.contract.mcp_servers' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[['get_current_time', 'convert_time']] False", out.stderr  # one server, both tools'
+
+    from toolloop_cli.contract.mcp import discovered
+    from toolloop_cli.plan.admit import admit_plan
+
+    servers: dict = {}
+    admitted = discovered(lambda found: admit_plan(p, servers=found), servers)
+    assert len(servers) == 1  # the one server both tools share, listed once
+    tool = admitted.subagent.tools["now"]
+    assert tool.input_schema["properties"]["timezone"] and not tool.from_server
+    assert admit_plan(p, servers=servers).subagent.tools["now"].input_schema == tool.input_schema
+
+
+def test_the_discovery_step_runs_from_a_callers_trio_loop(tmp_path):
+    """A caller that owns a trio loop awaits the discovery step there (the sessions stay on the
+    MCP host), then admits with what it found."""
+    import trio
+
+    from toolloop_cli.contract.mcp_servers import discovered_async
+    from toolloop_cli.plan.admit import admit_plan
+
+    p = plan(tmp_path, [{"tool": "clock.get_current_time", "args": {"timezone": "UTC"}}])
+    admitted = trio.run(discovered_async, lambda found: admit_plan(p, servers=found))
+    assert admitted.subagent.tools["clock.get_current_time"].input_schema["properties"]["timezone"]
+
+
+def test_a_child_plans_mcp_servers_are_listed_before_its_parent_is_admitted_again(tmp_path, monkeypatch):
+    """A child plan's registry may name servers its parent's does not: admission asks for them
+    (ServersNeeded goes up through the parent), the discovery step lists them, and the parent is
+    admitted again with the child's MCP tools filled in."""
+    from toolloop_cli.contract.mcp import discovered
+    from toolloop_cli.plan.admit import admit_plan
+
+    monkeypatch.setenv("TL_TEST_KEY", "sk-unused")
+    registry(tmp_path)  # the child's registry, reg.yml: MCP tools
+    profile = "{provider: openai, model: m, base_url: 'http://127.0.0.1:9/v1', api_key_env: TL_TEST_KEY}"
+    write(tmp_path / "child.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: w
+        mode: routed
+        goal: Tell the time.
+        allowed_tools: [now]
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 2, max_tokens: 1000, max_tool_calls: 1, timeout_s: 30}}
+    """)
+    write(tmp_path / "parent_reg.yml", """
+        version: 1
+        subagents:
+          p:
+            runner_defaults: {tool_timeout_s: 30}
+            tools:
+              ask: {plan: child.yml, description: Ask the time.}
+    """)
+    parent = write(tmp_path / "parent.yml", json.dumps({
+        "version": 1, "registry": "parent_reg.yml", "subagent": "p", "mode": "sequential",
+        "calls": [{"tool": "ask", "args": {}}]}))
+    attempts: list[int] = []
+
+    def admit(found):
+        attempts.append(len(found))
+        return admit_plan(parent, servers=found)
+
+    admitted = discovered(admit)
+    assert attempts == [0, 1]  # asked for the child's server once, then admitted with it
+    child = next(iter(admitted.child_plans.values()))
+    assert child.subagent.tools["now"].input_schema["properties"]["timezone"]

@@ -140,13 +140,13 @@ def test_a_server_started_by_the_run_itself_is_prepared_before_the_calls_deadlin
 
 def test_starting_is_bounded_on_its_own_and_a_server_that_does_not_start_is_a_clear_finding(tmp_path, monkeypatch):
     from toolloop_cli.contract import mcp_servers
-    from toolloop_cli.contract.mcp import resolve_server_tools
+    from toolloop_cli.contract.mcp import discovered, resolve_server_tools
     from toolloop_cli.contract.registry import load_registry
 
     monkeypatch.setattr(mcp_servers, "START_TIMEOUT_S", 0.5)
     contract, problems = load_registry(registry(tmp_path, "--slow-start", "30"))
     assert contract is not None, problems
-    found = resolve_server_tools(contract.subagents["w"])
+    _sub, found = discovered(lambda servers: resolve_server_tools(contract.subagents["w"], servers))
     assert {p.code for p in found} == {"TL313"} and found
     assert "could not be started or listed: it did not start within 0.5s" in found[0].message
     missing = write(tmp_path / "missing.yml", """
@@ -158,7 +158,7 @@ def test_starting_is_bounded_on_its_own_and_a_server_that_does_not_start_is_a_cl
               srv: {mcp: {command: [/no/such/server], allow: [echo]}, effect: read}
     """)
     contract, problems = load_registry(missing)
-    found = resolve_server_tools(contract.subagents["w"])
+    _sub, found = discovered(lambda servers: resolve_server_tools(contract.subagents["w"], servers))
     assert [p.code for p in found] == ["TL313"]
     assert "'/no/such/server'" in found[0].message and "Traceback" not in found[0].message
 

@@ -137,9 +137,10 @@ def lock(registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry
     if contract is None:
         print_findings(problems)
         raise typer.Exit(3)
-    from ..contract.mcp import schema_hashes
+    from ..contract.mcp import hash_servers, listed, schema_hashes
 
-    mcp_hashes, server_problems = schema_hashes(contract)  # each MCP tool's schemas, from its server
+    # each MCP tool's schemas, from its server (listed first, a step of its own)
+    mcp_hashes, server_problems = schema_hashes(contract, listed(hash_servers(contract)))
     if any(p.level == "error" for p in server_problems):
         print_findings(server_problems)
         raise typer.Exit(3)
@@ -166,24 +167,25 @@ def tools(
         from .._text import listing, quoted
 
         fail(f"unknown subagent {quoted(subagent)}", 2, f"subagents: {listing(sorted(contract.subagents))}")
-    from ..contract.mcp import resolve_server_tools
+    from ..contract.mcp import discovered, resolve_server_tools
 
     out = sys.stdout.buffer
     writer = record_writer(resolve_format(format, sys.stdout), out)
     unreached = 0  # errors from servers that could not be reached: the listing is partial (exit 1)
+    servers: dict = {}  # what the MCP servers listed so far offer
     for sid, sub in contract.subagents.items():
         if subagent is not None and sid != subagent:
             continue
         # MCP tools: descriptions from their servers (a server that cannot start is a finding)
-        server_problems = resolve_server_tools(sub)
+        sub, server_problems = discovered(lambda found, sub=sub: resolve_server_tools(sub, found), servers)
         if server_problems:
             print_findings(server_problems)
             unreached += sum(p.level == "error" for p in server_problems)
         if any(t.kind == "plan" for t in sub.tools.values()):  # a plan tool's effect comes from its child plan
             from ..plan.children import admit_children
 
-            _c, sub, _plans, child_problems = admit_children(contract, sub, usable=set(sub.tools), depth=0,
-                                                             max_depth=sub.max_depth)
+            _c, sub, _plans, child_problems = discovered(lambda found, sub=sub: admit_children(
+                contract, sub, usable=set(sub.tools), depth=0, max_depth=sub.max_depth, servers=found), servers)
             if child_problems:
                 print_findings(child_problems)
         for tid, t in sub.tools.items():

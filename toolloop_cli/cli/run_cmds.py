@@ -164,11 +164,14 @@ def run(
         run_id = new_run_id()
         spool = LaneSpool(store, run_id)
     try:
-        admitted = admit_plan(
+        from ..contract.mcp import discovered
+
+        # the plan's MCP servers are listed first (a step of its own), then the plan admitted
+        admitted = discovered(lambda servers: admit_plan(
             plan, registry=str(registry) if registry else None, app_root=str(app_root) if app_root else None,
             max_concurrency=max_concurrency, lanes=lanes_stream, lanes_name=lanes or "-",
-            default_timeout_s=timeout, spool=spool, stream=stream, placement=executor.value,
-        )
+            default_timeout_s=timeout, spool=spool, stream=stream, placement=executor.value, servers=servers,
+        ))
     except ConfigError as exc:
         if spool is not None:
             spool.discard()

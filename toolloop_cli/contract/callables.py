@@ -148,17 +148,39 @@ def detect_runtime(fn: Callable[..., Any]) -> tuple[str, tuple[str, ...]]:
     marked = getattr(fn, "__toolloop_runtime__", None)
     if marked in ("trio", "asyncio"):
         return marked, ()
-    import dis
+    target = _code_owner(fn)
+    libs, used = _names_used(target)
+    if "asyncio" in libs and "trio" not in libs:
+        return "asyncio", ()
+    own = (getattr(target, "__module__", None) or "").split(".")[0]
+    return "trio", tuple(sorted(p for p in used - {own, "asyncio", "builtins"} if _asyncio_only(p)))
+
+
+def _code_owner(fn: Callable[..., Any]) -> Any:
+    """The function whose code runs when ``fn`` is called (through wrappers, partials, methods
+    and callable objects)."""
     import functools
-    import types
 
     target: Any = inspect.unwrap(fn)
     while isinstance(target, functools.partial):
         target = inspect.unwrap(target.func)
     if inspect.ismethod(target):
-        target = target.__func__
-    elif not inspect.isfunction(target):
-        target = getattr(type(target), "__call__", None)
+        return target.__func__
+    if not inspect.isfunction(target):
+        return getattr(type(target), "__call__", None)
+    return target
+
+
+def _owner(obj: Any) -> Any:
+    return obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+
+
+def _names_used(target: Any) -> tuple[set[str], set[str]]:
+    """The top-level packages the code (and its nested code) names, and those of the objects
+    its global names resolve to."""
+    import dis
+    import types
+
     code = getattr(target, "__code__", None)
     env = getattr(target, "__globals__", {})
     libs: set[str] = set()
@@ -168,19 +190,15 @@ def detect_runtime(fn: Callable[..., Any]) -> tuple[str, tuple[str, ...]]:
         c = todo.pop()
         todo.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
         for name in c.co_names:
-            obj = env.get(name)
-            owner = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+            owner = _owner(env.get(name))
             libs.add((owner if isinstance(owner, str) else name).split(".")[0])
         for ins in dis.get_instructions(c):
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME") and isinstance(ins.argval, str):
                 obj = env.get(ins.argval)
-                owner = obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", None)
+                owner = _owner(obj)
                 if obj is not None and isinstance(owner, str):
                     used.add(owner.split(".")[0])
-    if "asyncio" in libs and "trio" not in libs:
-        return "asyncio", ()
-    own = (getattr(target, "__module__", None) or "").split(".")[0]
-    return "trio", tuple(sorted(p for p in used - {own, "asyncio", "builtins"} if _asyncio_only(p)))
+    return libs, used
 
 
 def _asyncio_only(package: str) -> bool:

@@ -50,45 +50,12 @@ class Envelope:
 
 def compile_envelope(decl: EnvelopeDecl, output_schema: Any) -> tuple[Envelope | None, list[tuple[tuple, str]]]:
     """Compile; returns the envelope or the problems (path below ``control_envelope``, message)."""
-    problems: list[tuple[tuple, str]] = []
     g = decl.graph
-    if not g.continue_statuses and not g.stop_statuses:
-        problems.append((("graph",), "continue_statuses and stop_statuses are both empty, so no status can be read"))
-    for i, status in enumerate(g.stop_statuses):
-        if status in g.continue_statuses:
-            problems.append((("graph", "stop_statuses", i),
-                             f"status {quoted(status)} is in both continue_statuses and stop_statuses"))
-    mapped: dict[str, tuple[tuple, str]] = {"graph.status_field": (("graph", "status_field"), g.status_field)}
-    diag: tuple[tuple[str, str], ...] = ()
-    if decl.diagnosis is not None:
-        d = decl.diagnosis
-        diag = (
-            ("ready", d.ready_field),
-            ("reason_code", d.reason_code_field),
-            ("failure_kind", d.failure_kind_field),
-            ("facts", d.facts_field),
-        )
-        for name, field in diag:
-            mapped[f"diagnosis.{name}_field"] = (("diagnosis", f"{name}_field"), field)
-    seen: dict[str, str] = {}
-    for role, (where, field) in mapped.items():
-        if field in seen:
-            problems.append((where, f"{quoted(field)} is mapped twice ({seen[field]} and {role}): ambiguous"))
-        else:
-            seen[field] = role
+    problems = _status_problems(g)
+    mapped, diag = _mapped_fields(decl)
+    problems += _mapped_twice(mapped)
     if isinstance(output_schema, dict) and output_schema.get("additionalProperties") is False:
-        declared = set((output_schema.get("properties") or {}).keys())
-        for role, (where, field) in mapped.items():
-            if field not in declared:
-                problems.append((where, f"{role} {quoted(field)} is not a property of the closed output_schema"))
-        if decl.diagnosis is not None:
-            for i, f in enumerate(decl.diagnosis.fields):
-                if f not in declared:
-                    problems.append((("diagnosis", "fields", i),
-                                     f"diagnosis field {quoted(f)} is not a property of the closed output_schema"))
-        for i, f in enumerate(decl.handoff_fields):
-            if f not in declared:
-                problems.append((("handoff_fields", i), f"handoff field {quoted(f)} is not a property of the closed output_schema"))
+        problems += _not_declared(decl, mapped, set((output_schema.get("properties") or {}).keys()))
     if problems:
         return None, problems
     return (
@@ -103,3 +70,56 @@ def compile_envelope(decl: EnvelopeDecl, output_schema: Any) -> tuple[Envelope |
         ),
         [],
     )
+
+
+def _status_problems(g: Any) -> list[tuple[tuple, str]]:
+    """No status to read, or a status both continuing and stopping."""
+    problems: list[tuple[tuple, str]] = []
+    if not g.continue_statuses and not g.stop_statuses:
+        problems.append((("graph",), "continue_statuses and stop_statuses are both empty, so no status can be read"))
+    for i, status in enumerate(g.stop_statuses):
+        if status in g.continue_statuses:
+            problems.append((("graph", "stop_statuses", i),
+                             f"status {quoted(status)} is in both continue_statuses and stop_statuses"))
+    return problems
+
+
+def _mapped_fields(decl: EnvelopeDecl) -> tuple[dict[str, tuple[tuple, str]], tuple[tuple[str, str], ...]]:
+    """Each role's output field (role -> (where, field)), and the diagnosis' (name, field) pairs."""
+    g = decl.graph
+    mapped: dict[str, tuple[tuple, str]] = {"graph.status_field": (("graph", "status_field"), g.status_field)}
+    diag: tuple[tuple[str, str], ...] = ()
+    if decl.diagnosis is not None:
+        d = decl.diagnosis
+        diag = (
+            ("ready", d.ready_field),
+            ("reason_code", d.reason_code_field),
+            ("failure_kind", d.failure_kind_field),
+            ("facts", d.facts_field),
+        )
+        for name, field in diag:
+            mapped[f"diagnosis.{name}_field"] = (("diagnosis", f"{name}_field"), field)
+    return mapped, diag
+
+
+def _mapped_twice(mapped: dict[str, tuple[tuple, str]]) -> list[tuple[tuple, str]]:
+    problems: list[tuple[tuple, str]] = []
+    seen: dict[str, str] = {}
+    for role, (where, field) in mapped.items():
+        if field in seen:
+            problems.append((where, f"{quoted(field)} is mapped twice ({seen[field]} and {role}): ambiguous"))
+        else:
+            seen[field] = role
+    return problems
+
+
+def _not_declared(decl: EnvelopeDecl, mapped: dict[str, tuple[tuple, str]], declared: set[str]) -> list[tuple[tuple, str]]:
+    """The fields the envelope reads that a closed output schema does not declare."""
+    problems = [(where, f"{role} {quoted(field)} is not a property of the closed output_schema")
+                for role, (where, field) in mapped.items() if field not in declared]
+    if decl.diagnosis is not None:
+        problems += [(("diagnosis", "fields", i), f"diagnosis field {quoted(f)} is not a property of the closed output_schema")
+                     for i, f in enumerate(decl.diagnosis.fields) if f not in declared]
+    problems += [(("handoff_fields", i), f"handoff field {quoted(f)} is not a property of the closed output_schema")
+                 for i, f in enumerate(decl.handoff_fields) if f not in declared]
+    return problems

@@ -10,8 +10,10 @@ unless the registry pins them; with ``trusted: true`` its annotations give the t
 ``effect`` and ``idempotent`` too. Admission lists each server that a subagent's MCP tools need,
 fills in the tool specs (validators compiled like any other) and, when a ``toolloop.lock`` beside
 the registry holds the schema hashes of MCP tools, refuses a server whose tools' schemas changed
-(TL372). The server admission started is kept for the run that follows (``mcp_servers.py``), so a
-run starts each server once.
+(TL372). Admission itself starts nothing: listing the servers is a step of its own, run by whoever
+owns the event loop before admission (``discovered`` here, ``mcp_servers.discovered_async``), and admission reads what it
+found (a ``Listing``). The servers listed are kept for the run that follows (``mcp_servers.py``),
+so a run starts each server once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .._canonical import sha256_of
 from .._secrets import Scrubber, credential_parts
@@ -33,6 +35,7 @@ from .schemas import check_refs, compile_validator, meta_errors
 INSTALL_LINE = "pip install 'toolloop-cli[mcp]'"
 LOCK_NAME = "toolloop.lock"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+T = TypeVar("T")
 
 
 class McpConfigError(Exception):
@@ -201,72 +204,134 @@ def read_locked_hashes(registry_file: str | os.PathLike | None) -> dict[str, str
     return hashes if isinstance(hashes, dict) and hashes else None
 
 
-def resolve_server_tools(sub: SubagentSpec, *, locked: Mapping[str, str] | None = None,
-                         hashes: dict[str, str] | None = None) -> list[Problem]:
-    """Fill in the MCP tools of ``sub`` from their servers; the problems found (TL313, TL320-TL322
-    for a server schema that is not valid, TL372 for a server whose schemas differ from
-    ``locked``) are returned. ``hashes``, when given, receives every listed tool's schema hash.
-    A server started here is left running for the run that follows in this process
-    (``mcp_servers.take``). Blocking: call it outside an event loop."""
-    wanted = [t for t in sub.tools.values() if t.kind == "mcp" and (
+class ServersNeeded(Exception):
+    """Admission needs what MCP servers offer, and the listing it was given lacks these servers:
+    the caller lists them (the discovery step, ``mcp_servers.discovered``) and admits again."""
+
+    def __init__(self, decls: list[Any]):
+        super().__init__(f"{len(decls)} MCP server(s) to list first")
+        self.decls = decls
+
+
+#: what the discovery step found, by ``server_key``: the server's tools (name -> the SDK's Tool,
+#: secrets hidden), or the message saying why it could not be started, reached or listed
+Listing = Mapping[tuple, "dict[str, Any] | str"]
+
+
+def discovered(admit: Callable[[Listing], T], servers: dict[tuple, Any] | None = None) -> T:
+    """``admit(listing)`` with the MCP discovery step before it, for a caller with no event loop
+    of its own: admission reads what the servers offer, and when it needs a server the listing
+    lacks (``ServersNeeded``; a child plan's registry may name more) that server is listed
+    (``mcp_servers.list_servers_blocking``) and admission runs again. Nothing is read from a
+    lane stream before ``ServersNeeded`` is raised, so admitting again reads every lane once.
+    ``servers``, when given, is a listing kept across admissions and filled in here."""
+    servers = {} if servers is None else servers
+    while True:
+        try:
+            return admit(servers)
+        except ServersNeeded as need:
+            servers.update(listed(need.decls))
+
+
+def listed(decls: Iterable[Any]) -> dict[tuple, Any]:
+    """The discovery step for a caller with no event loop of its own: what each server offers
+    (the MCP host, and trio, are loaded only when there is a server to list)."""
+    decls = list(decls)
+    if not decls:
+        return {}
+    from .mcp_servers import list_servers_blocking
+
+    return list_servers_blocking(decls)
+
+
+def _wanted(sub: SubagentSpec, locked: Mapping[str, str] | None, hashes: dict[str, str] | None) -> list[ToolSpec]:
+    """The MCP tools of ``sub`` whose servers must be listed: those taking something from their
+    server, those ``locked`` records, or all of them when ``hashes`` are asked for."""
+    return [t for t in sub.tools.values() if t.kind == "mcp" and (
         t.from_server or hashes is not None or (locked and f"{sub.id}/{t.id}" in locked))]
-    if not wanted:
-        return []
+
+
+def servers_to_list(sub: SubagentSpec, *, locked: Mapping[str, str] | None = None, hashes: bool = False) -> list[Any]:
+    """The declarations of the servers ``resolve_server_tools`` will need listed, one per server."""
     if client_missing() is not None:
-        return [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not installed",
-                         INSTALL_LINE) for t in wanted]
+        return []
+    decls: dict[tuple, Any] = {}
+    for t in _wanted(sub, locked, {} if hashes else None):
+        decls.setdefault(server_key(t.mcp), t.mcp)
+    return list(decls.values())
+
+
+def resolve_server_tools(sub: SubagentSpec, servers: Listing, *, locked: Mapping[str, str] | None = None,
+                         hashes: dict[str, str] | None = None) -> tuple[SubagentSpec, list[Problem]]:
+    """``sub`` with its MCP tools filled in from what their servers offer (``servers``, found by
+    the discovery step), and the problems found (TL313, TL320-TL322 for a server schema that is
+    not valid, TL372 for a server whose schemas differ from ``locked``). ``hashes``, when given,
+    receives every listed tool's schema hash. Nothing is started or changed here: a server
+    ``servers`` lacks raises ``ServersNeeded``."""
+    wanted = _wanted(sub, locked, hashes)
+    if not wanted:
+        return sub, []
+    if client_missing() is not None:
+        return sub, [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not installed",
+                              INSTALL_LINE) for t in wanted]
     by_server: dict[tuple, list[ToolSpec]] = {}
     for t in wanted:
         by_server.setdefault(server_key(t.mcp), []).append(t)
+    needed = [tools[0].mcp for key, tools in by_server.items() if key not in servers]
+    if needed:
+        raise ServersNeeded(needed)
     problems: list[Problem] = []
-    for tools in by_server.values():
-        decl = tools[0].mcp
-        try:
-            offered = _listed(decl)
-        except Exception as exc:  # noqa: BLE001 - a server that cannot be reached is a finding
-            how = "reached" if decl.url is not None else "started"
-            fix = ("check mcp.url, that the server runs, and the variables in mcp.headers_env"
-                   if decl.url is not None else "check that mcp.command starts the server")
-            problems += [_problem(t, f"MCP server {quoted(server_name(decl))} for tool {quoted(t.id)} could not be {how} or"
-                                     f" listed: {exc}", fix) for t in tools]
+    filled: dict[str, ToolSpec] = {}
+    for key, tools in by_server.items():
+        offered = servers[key]
+        if isinstance(offered, str):
+            problems += _unreached(tools, offered)
             continue
         for t in tools:
-            found = offered.get(t.ref)
-            if found is None:
-                problems.append(_problem(t, f"MCP server {quoted(server_name(decl))} offers no tool {quoted(t.ref)}",
-                                         f"it offers: {listing(sorted(offered)) or 'nothing'}"))
-                continue
-            name = f"{sub.id}/{t.id}"
-            digest = schema_hash(found)
-            if hashes is not None:
-                hashes[name] = digest
-            if locked and name in locked and locked[name] != digest:
-                problems.append(_problem(
-                    t, f"the schemas of tool {quoted(t.ref)} on MCP server {quoted(server_name(decl))} changed since"
-                       f" {LOCK_NAME} was written (tool {quoted(name)})",
-                    f"review the server's change, then run 'toolloop lock {t.source[0]}'", "TL372"))
-                continue
-            if not t.from_server:
-                continue
-            fixed, schema_problems = _with_server_schemas(t, found)
-            problems += schema_problems
+            fixed, found = _with_offered(sub, t, offered, locked, hashes)
+            problems += found
             if fixed is not None:
-                sub.tools[t.id] = fixed  # type: ignore[index]  # the subagent's tool table
-    return problems
+                filled[t.id] = fixed
+    if filled:
+        sub = replace(sub, tools={**sub.tools, **filled})
+    return sub, problems
 
 
-def _listed(decl: Any) -> dict[str, Any]:
-    """The server's tools (name -> the SDK's Tool, secrets hidden); the server is parked for the
-    run that follows. Raises ``mcp_servers.ServerError`` with a message fit to show."""
-    from . import mcp_servers
+def _unreached(tools: list[ToolSpec], why: str) -> list[Problem]:
+    decl = tools[0].mcp
+    how = "reached" if decl.url is not None else "started"
+    fix = ("check mcp.url, that the server runs, and the variables in mcp.headers_env"
+           if decl.url is not None else "check that mcp.command starts the server")
+    return [_problem(t, f"MCP server {quoted(server_name(decl))} for tool {quoted(t.id)} could not be {how} or"
+                        f" listed: {why}", fix) for t in tools]
 
-    server = mcp_servers.start_blocking(decl)
-    try:
-        offered = mcp_servers.list_blocking(server)
-    except BaseException:
-        mcp_servers.close_blocking(server)
-        raise
-    mcp_servers.park(server)
+
+def _with_offered(sub: SubagentSpec, t: ToolSpec, offered: dict[str, Any], locked: Mapping[str, str] | None,
+                  hashes: dict[str, str] | None) -> tuple[ToolSpec | None, list[Problem]]:
+    """One MCP tool checked against what its server offers: filled in (when it takes something
+    from the server), or the problems (no such tool; schemas changed since the lock)."""
+    decl = t.mcp
+    found = offered.get(t.ref)
+    if found is None:
+        return None, [_problem(t, f"MCP server {quoted(server_name(decl))} offers no tool {quoted(t.ref)}",
+                               f"it offers: {listing(sorted(offered)) or 'nothing'}")]
+    name = f"{sub.id}/{t.id}"
+    digest = schema_hash(found)
+    if hashes is not None:
+        hashes[name] = digest
+    if locked and name in locked and locked[name] != digest:
+        return None, [_problem(
+            t, f"the schemas of tool {quoted(t.ref)} on MCP server {quoted(server_name(decl))} changed since"
+               f" {LOCK_NAME} was written (tool {quoted(name)})",
+            f"review the server's change, then run 'toolloop lock {t.source[0]}'", "TL372")]
+    if not t.from_server:
+        return None, []
+    return _with_server_schemas(t, found)
+
+
+def hidden_offer(offered: dict[str, Any], decl: Any) -> dict[str, Any]:
+    """A server's tools with the values it gets from toolloop's environment hidden in their
+    descriptions and schemas."""
     hidden = secrets([decl])
     if not hidden:
         return offered
@@ -306,7 +371,7 @@ def _with_server_schemas(t: ToolSpec, offered: Any) -> tuple[ToolSpec | None, li
     return replace(t, **changes), []
 
 
-def lock_problems(contract: Any) -> list[Problem]:
+def lock_problems(contract: Any, servers: Listing) -> list[Problem]:
     """TL372 (and TL313) for the MCP servers whose tools' schemas differ from those recorded in
     the ``toolloop.lock`` beside the registry; nothing when there is no such lock."""
     locked = read_locked_hashes(contract.file)
@@ -314,14 +379,25 @@ def lock_problems(contract: Any) -> list[Problem]:
         return []
     problems: list[Problem] = []
     for sub in contract.subagents.values():
-        problems += resolve_server_tools(sub, locked=locked)
+        problems += resolve_server_tools(sub, servers, locked=locked)[1]
     return problems
 
 
-def schema_hashes(contract: Any) -> tuple[dict[str, str], list[Problem]]:
+def lock_servers(contract: Any) -> list[Any]:
+    """The servers ``lock_problems`` needs listed."""
+    locked = read_locked_hashes(contract.file)
+    return [d for sub in contract.subagents.values() for d in servers_to_list(sub, locked=locked)] if locked else []
+
+
+def schema_hashes(contract: Any, servers: Listing) -> tuple[dict[str, str], list[Problem]]:
     """Every MCP tool's schema hash ("subagent/tool" -> hash), for ``toolloop lock``."""
     hashes: dict[str, str] = {}
     problems: list[Problem] = []
     for sub in contract.subagents.values():
-        problems += resolve_server_tools(sub, hashes=hashes)
+        problems += resolve_server_tools(sub, servers, hashes=hashes)[1]
     return dict(sorted(hashes.items())), problems
+
+
+def hash_servers(contract: Any) -> list[Any]:
+    """The servers ``schema_hashes`` needs listed."""
+    return [d for sub in contract.subagents.values() for d in servers_to_list(sub, hashes=True)]

@@ -1,14 +1,15 @@
-"""The MCP servers of this process (SPEC 5.8): started once, reached from admission and from runs.
+"""The MCP servers of this process (SPEC 5.8): started once, listed before admission, called by runs.
 
-Admission lists a server's tools before the run's event loop exists, and an MCP session cannot
-move from one event loop to another; so every session lives on an event loop of its own, in a
-daemon thread (the host), and both sides reach it there: admission waits on it blocking, a run
-awaits its requests from its own loop (``on_host``, cancelled there when the call is cancelled).
-This module starts, lists and stops servers; calling their tools is the engine's
-(``engine/executors/mcp.py``). The
-server admission started is parked for the run that follows, which takes it (``take``): a run
-starts each server once. A parked server nobody takes is stopped after ``PARK_S`` seconds, or when
-the process ends.
+Listing the servers a plan needs is a step of its own, run before admission by whoever owns the
+event loop (``contract.mcp.discovered`` for a caller with none, ``discovered_async`` from a trio
+loop): admission reads what it found and starts nothing. An MCP session cannot move from one event loop
+to another; so every session lives on an event loop of its own, in a daemon thread (the host),
+and both sides reach it there: the discovery step waits on it, a run awaits its requests from its
+own loop (``on_host``, cancelled there when the call is cancelled). This module starts, lists and
+stops servers; calling their tools is the engine's (``engine/executors/mcp.py``). A server listed
+before admission is parked for the run that follows, which takes it (``take``): a run starts each
+server once. A parked server nobody takes is stopped after ``PARK_S`` seconds, or when the
+process ends.
 
 Starting a server (its process and the ``initialize`` handshake, or reaching its address) and
 listing its tools are bounded by ``START_TIMEOUT_S`` each, never by a tool's ``timeout_s``: a call's
@@ -29,12 +30,15 @@ import os
 import sys
 import threading
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, Iterable, TypeVar
 
 import trio
 
 from .._text import error_text, excerpt, quoted
-from .mcp import McpConfigError, headers, hide, secrets, server_key, server_name, server_params
+from .mcp import (Listing, McpConfigError, ServersNeeded, headers, hidden_offer, hide, secrets, server_key, server_name,
+                  server_params)
+
+T = TypeVar("T")
 
 #: seconds a server has to start (and answer ``initialize``), and then to answer ``tools/list``
 START_TIMEOUT_S = 60.0
@@ -403,22 +407,54 @@ def park(server: Server) -> None:
     _host().submit(_expire, server, ticket)
 
 
-def start_blocking(decl: Any) -> Server:
-    """A parked server for ``decl``, else one started now. Raises ServerError."""
-    return take(server_key(decl)) or _blocking(_start, decl)
+async def _list_all(decls: list[Any]) -> dict[tuple, Any]:
+    """On the host: each server started (or a parked one taken), listed and parked for the run
+    that follows; by server key, its tools (secrets hidden) or why it could not be listed."""
+    found: dict[tuple, Any] = {}
+    for decl in decls:
+        key = server_key(decl)
+        if key in found:
+            continue
+        try:
+            server = take(key) or await _start(decl)
+            try:
+                offered = await _list(server)
+            except BaseException:
+                await _close(server)
+                raise
+            park(server)
+            found[key] = hidden_offer(offered, decl)
+        except Exception as exc:  # noqa: BLE001 - a server that cannot be reached is a finding
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+                exc = exc.exceptions[0]  # the SDK's task groups wrap what went wrong
+            found[key] = str(exc)
+    return found
 
 
-def list_blocking(server: Server) -> dict[str, Any]:
-    """The server's tools (name -> the SDK's Tool). Raises ServerError."""
-    return _blocking(_list, server)
+async def list_servers(decls: Iterable[Any]) -> dict[tuple, Any]:
+    """The discovery step, awaited from the caller's trio loop: what each server offers (a
+    ``contract.mcp.Listing``), the servers left running for the run that follows."""
+    return await _awaited(_list_all, list(decls))
 
 
-def close_blocking(server: Server) -> None:
-    _blocking(_close, server)
+def list_servers_blocking(decls: Iterable[Any]) -> dict[tuple, Any]:
+    """``list_servers`` for a caller with no event loop of its own (Ctrl-C cancels it)."""
+    decls = list(decls)
+    return _blocking(_list_all, decls) if decls else {}
+
+
+async def discovered_async(admit: Callable[[Listing], T]) -> T:
+    """``contract.mcp.discovered`` for a caller in a trio loop (admission itself does no I/O)."""
+    servers: dict[tuple, Any] = {}
+    while True:
+        try:
+            return admit(servers)
+        except ServersNeeded as need:
+            servers.update(await list_servers(need.decls))
 
 
 async def start(decl: Any) -> Server:
-    """``start_blocking`` from a trio loop."""
+    """A parked server for ``decl``, else one started now, from a trio loop. Raises ServerError."""
     return take(server_key(decl)) or await _awaited(_start, decl)
 
 

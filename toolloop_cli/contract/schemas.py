@@ -309,28 +309,41 @@ def _can_match(schema: Any, tokens: list[str], root: Any, depth: int) -> bool:
         return True
     if not tokens:
         return True
-    # every applicator that is present constrains the same instance: $ref and allOf must all
-    # allow the value, anyOf and oneOf need at least one branch that does
-    ref = schema.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#"):
-        ok, target = _local_target(root, ref)
-        if ok and not _can_match(target, tokens, root, depth + 1):
-            return False
-    for sub in _list(schema.get("allOf")):
-        if not _can_match(sub, tokens, root, depth + 1):
-            return False
-    for comb in ("anyOf", "oneOf"):
-        subs = _list(schema.get(comb))
-        if subs and not any(_can_match(sub, tokens, root, depth + 1) for sub in subs):
-            return False
+    if not _applicators_allow(schema, tokens, root, depth):
+        return False
     head, rest = tokens[0], tokens[1:]
-    t = schema.get("type")
-    types = {t} if isinstance(t, str) else {x for x in t if isinstance(x, str)} if isinstance(t, list) else {"object", "array"}
+    types = _types(schema.get("type"))
     if "object" in types and _key_can_match(schema, head, rest, root, depth):
         return True
     if "array" in types and _index_can_match(schema, head, rest, root, depth):
         return True
     return False
+
+
+def _applicators_allow(schema: dict, tokens: list[str], root: Any, depth: int) -> bool:
+    """Every applicator that is present constrains the same instance: $ref and allOf must all
+    allow the value, anyOf and oneOf need at least one branch that does."""
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        ok, target = _local_target(root, ref)
+        if ok and not _can_match(target, tokens, root, depth + 1):
+            return False
+    if not all(_can_match(sub, tokens, root, depth + 1) for sub in _list(schema.get("allOf"))):
+        return False
+    for comb in ("anyOf", "oneOf"):
+        subs = _list(schema.get(comb))
+        if subs and not any(_can_match(sub, tokens, root, depth + 1) for sub in subs):
+            return False
+    return True
+
+
+def _types(t: Any) -> set[str]:
+    """The instance types a ``type`` keyword allows among those a pointer can step into."""
+    if isinstance(t, str):
+        return {t}
+    if isinstance(t, list):
+        return {x for x in t if isinstance(x, str)}
+    return {"object", "array"}
 
 
 def _list(value: Any) -> list:

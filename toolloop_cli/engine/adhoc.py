@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..contract.mcp import discovered
 from ..contract.problems import Collector
 from ..contract.registry import display_path, load_registry
 from ..contract.source import SourceMap
@@ -17,7 +18,7 @@ def adhoc_plan(registry: Path, subagent: str, tool: str, args: dict, timeout: fl
     if contract is None:
         raise ConfigError(problems)
     decl = PlanDecl(version=1, subagent=subagent, mode="sequential", calls=[CallDecl(tool=tool, args=args)])
-    return admit_declaration(
+    return discovered(lambda servers: admit_declaration(
         decl, Collector(SourceMap("<command line>")), contract, shown=f"<call {subagent}/{tool}>",
-        registry_path=display_path(registry), warnings=[p for p in problems if p.level == "warning"],
-    )
+        registry_path=display_path(registry), warnings=[p for p in problems if p.level == "warning"], servers=servers,
+    ))

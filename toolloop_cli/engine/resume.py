@@ -119,10 +119,12 @@ class _Rebuilder:
     def _rebuilt(self) -> AdmittedPlan:
         if self._plan is None:
             j = self.j
-            self._plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=j.opts.get("app_root"),  # type: ignore[arg-type]
-                                    lanes=self.lanes, lanes_name=self.lanes_name,
-                                    max_concurrency=j.opts.get("max_concurrency"),
-                                    default_timeout_s=j.opts.get("default_timeout_s"))
+            from ..contract.mcp import discovered
+
+            self._plan = discovered(lambda servers: admit_plan(
+                j.plan_file, registry=j.reg_path, app_root=j.opts.get("app_root"),  # type: ignore[arg-type]
+                lanes=self.lanes, lanes_name=self.lanes_name, max_concurrency=j.opts.get("max_concurrency"),
+                default_timeout_s=j.opts.get("default_timeout_s"), servers=servers))
         return self._plan
 
     def _possible(self, in_file: bool) -> bool:
@@ -278,8 +280,10 @@ def prepare_resume(
 
         from ..plan.children import admit_children
 
-        contract, sub, child_plans, problems = admit_children(j.contract, j.sub, usable=set(j.sub.allowed_tools),
-                                                              depth=0, max_depth=j.sub.max_depth)
+        from ..contract.mcp import discovered
+
+        contract, sub, child_plans, problems = discovered(lambda servers: admit_children(
+            j.contract, j.sub, usable=set(j.sub.allowed_tools), depth=0, max_depth=j.sub.max_depth, servers=servers))
         if problems:
             raise ConfigError(problems)
         j = dataclasses.replace(j, contract=contract, sub=sub)
@@ -323,9 +327,11 @@ def admit_journaled(run: dict, j: _Journaled | None = None, store: Store | None 
         raise _refuse(f"run {j.run_id} is a child run whose context held a redacted value (at {pointers}), which the"
                       f" journal does not keep: it cannot be resumed or replayed on its own; resume {top} instead,"
                       " which supplies the context again")
-    plan = admit_plan(j.plan_file, registry=j.reg_path, app_root=opts.get("app_root"),
-                      default_timeout_s=opts.get("default_timeout_s"), depth=int(opts.get("depth") or 0),
-                      max_depth=opts.get("max_depth"))
+    from ..contract.mcp import discovered
+
+    plan = discovered(lambda servers: admit_plan(
+        j.plan_file, registry=j.reg_path, app_root=opts.get("app_root"), default_timeout_s=opts.get("default_timeout_s"),
+        depth=int(opts.get("depth") or 0), max_depth=opts.get("max_depth"), servers=servers))
     if plan.plan_sha256 != run["plan_sha256"]:
         raise _refuse(f"the plan {j.plan_path} changed since run {j.run_id} started; it must be the same plan")
     if child:

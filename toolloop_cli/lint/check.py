@@ -56,6 +56,7 @@ class Checker:
         self.flags = flags
         self.report = Report()
         self._registries: dict[str, Any] = {}  # resolved path -> compiled contract (None when rejected)
+        self._servers: dict[tuple, Any] = {}  # what the MCP servers listed so far offer (contract.mcp.Listing)
         self._seen: set[Problem] = set()
 
     def _add(self, problems: list[Problem]) -> None:
@@ -88,31 +89,23 @@ class Checker:
 
             self._add(drift(Path(path), contract))
         if contract is not None:  # with a lock beside it: its MCP servers still offer the locked schemas
-            from ..contract.mcp import lock_problems, read_locked_hashes
+            from ..contract.mcp import listed, lock_problems, lock_servers, read_locked_hashes, server_key
 
-            self._add(lock_problems(contract))
+            self._servers.update(listed(d for d in lock_servers(contract) if server_key(d) not in self._servers))
+            self._add(lock_problems(contract, self._servers))
             if read_locked_hashes(contract.file):
                 entry.mcp_checked.update(contract.subagents)
         return entry
 
     def plan(self, path: Path) -> None:
-        from ..contract.registry import display_path, load_document
+        from ..contract.registry import display_path
         from ..plan.admit import load_plan, registry_path_for
 
         self.report.plans += 1
         shown = display_path(path)
         decl, col = load_plan(path)
         if decl is None:
-            # the plan's own errors stop its calls being checked; its registry is checked all the same
-            raw = load_document(path).data
-            named = raw.get("registry") if isinstance(raw, dict) else None
-            if isinstance(named, str) or self.flags.registry is not None:
-                reg_path = self.flags.registry or str(Path(path).parent / str(named))
-                if self._found(reg_path, col):
-                    self._registry(reg_path)
-            self._add(col.problems)
-            if isinstance(raw, dict) and "subagents" not in raw:  # a plan (not a registry passed as one)
-                self.report.partly.append((shown, "its own errors stop its calls being checked against its registry"))
+            self._unloaded_plan(path, shown, col)
             return
         reg_path = registry_path_for(path, decl, self.flags.registry)
         if reg_path is None:
@@ -131,24 +124,43 @@ class Checker:
             self.report.partly.append((shown, f"its registry {reg.shown} has errors that stop anything being checked"
                                               " against it"))
             return
-        if reg.contract is None:
-            in_sub = {tool for sid, tool in (t.split("/", 1) for t in reg.broken) if sid == decl.subagent}
-            if in_sub and decl.subagent not in contract.subagents:
-                self._add(col.problems)
-                self.report.partly.append((shown, f"subagent {quoted(decl.subagent)} of its registry {reg.shown}"
-                                                  " has errors"))
-                return
-            broken = sorted(t for t in in_sub if t)
-            if broken:
-                one = len(broken) == 1
-                why = (f"its registry {reg.shown} has errors in {'tool' if one else 'tools'}"
-                       f" {listing([quoted(t) for t in broken], 5)}; calls to {'it' if one else 'them'} were not checked")
-            else:
-                why = f"its registry {reg.shown} has errors"
-            self.report.partly.append((shown, why))
-            self._admit(path, decl, col, contract, reg_path, set(broken))
+        broken = self._partly_checked(shown, decl, col, contract, reg) if reg.contract is None else set()
+        if broken is None:
             return
-        self._admit(path, decl, col, contract, reg_path, set())
+        self._admit(path, decl, col, contract, reg_path, broken)
+
+    def _unloaded_plan(self, path: Path, shown: str, col: Any) -> None:
+        """A plan whose own errors stop its calls being checked: its registry is checked all the same."""
+        from ..contract.registry import load_document
+
+        raw = load_document(path).data
+        named = raw.get("registry") if isinstance(raw, dict) else None
+        if isinstance(named, str) or self.flags.registry is not None:
+            reg_path = self.flags.registry or str(Path(path).parent / str(named))
+            if self._found(reg_path, col):
+                self._registry(reg_path)
+        self._add(col.problems)
+        if isinstance(raw, dict) and "subagents" not in raw:  # a plan (not a registry passed as one)
+            self.report.partly.append((shown, "its own errors stop its calls being checked against its registry"))
+
+    def _partly_checked(self, shown: str, decl: Any, col: Any, contract: Any, reg: Any) -> set[str] | None:
+        """A plan checked against what compiled of a registry with errors: the broken tools of its
+        subagent (whose calls are then not checked), or None when its subagent itself is broken."""
+        in_sub = {tool for sid, tool in (t.split("/", 1) for t in reg.broken) if sid == decl.subagent}
+        if in_sub and decl.subagent not in contract.subagents:
+            self._add(col.problems)
+            self.report.partly.append((shown, f"subagent {quoted(decl.subagent)} of its registry {reg.shown}"
+                                              " has errors"))
+            return None
+        broken = sorted(t for t in in_sub if t)
+        if broken:
+            one = len(broken) == 1
+            why = (f"its registry {reg.shown} has errors in {'tool' if one else 'tools'}"
+                   f" {listing([quoted(t) for t in broken], 5)}; calls to {'it' if one else 'them'} were not checked")
+        else:
+            why = f"its registry {reg.shown} has errors"
+        self.report.partly.append((shown, why))
+        return set(broken)
 
     def _found(self, reg_path: str, col: Any) -> bool:
         from .._paths import look_at
@@ -165,6 +177,7 @@ class Checker:
     def _admit(self, path: Path, decl: Any, col: Any, contract: Any, reg_path: str, broken: set[str]) -> None:
         """Admission as run does it; with ``broken`` tools (left out of a registry with errors),
         the findings that name them are left out too: they only repeat the registry's."""
+        from ..contract.mcp import discovered
         from ..contract.registry import display_path
         from ..errors import ConfigError
         from ..plan.admit import admit_declaration
@@ -177,9 +190,10 @@ class Checker:
         # admission reaches the MCP servers of the plan's subagent (as run does)
         self._registry(reg_path).mcp_checked.add(decl.subagent)
         try:
-            admit_declaration(decl, col, contract, shown=display_path(path), registry_path=reg_path, warnings=[],
-                              max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent,
-                              depth=1 if child else 0)
+            discovered(lambda servers: admit_declaration(
+                decl, col, contract, shown=display_path(path), registry_path=reg_path, warnings=[],
+                max_concurrency=self.flags.max_concurrency, plan_dir=Path(path).parent, depth=1 if child else 0,
+                servers=servers), self._servers)
             problems = col.problems  # warnings
         except ConfigError as exc:
             problems = exc.problems

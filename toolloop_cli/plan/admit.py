@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import IO, TYPE_CHECKING, Any, Iterable
 
@@ -148,51 +148,75 @@ class _Admitter:
     def call(self, lane: int, item_key: str | None, index: int, decl: Any, at: tuple,
              keys: dict[str, int], payload: dict | None, fed_later: bool, col: Collector) -> AdmittedCall | None:
         call_key = decl.call_key if decl.call_key is not None else str(index)
-        ok = True
-        if call_key in keys:
-            where = "this lane" if item_key is not None else "this plan"
-            col.add("TL406", f"duplicate call_key {quoted(call_key)} in {where} (first at call {keys[call_key]})",
-                    at + ("call_key",) if decl.call_key is not None else at, "give each call its own call_key")
-            ok = False
-        else:
-            keys[call_key] = index
-        tool = self.sub.tools.get(decl.tool)
+        ok = self._unique_key(call_key, index, item_key, decl, at, keys, col)
+        tool = self._tool(decl, at, col)
         if tool is None:
-            near = did_you_mean(decl.tool, self.sub.tools)
-            col.add("TL402", f"unknown tool {quoted(decl.tool)} in subagent {quoted(self.sub.id)}", at + ("tool",),
-                    f"did you mean {quoted(near)}?" if near else f"known tools: {listing(sorted(self.sub.tools))}")
             return None
-        if decl.tool not in self.sub.allowed_tools:
-            col.add("TL403", f"tool {quoted(decl.tool)} is not in runner_defaults.allowed_tools of {quoted(self.sub.id)}",
-                    at + ("tool",), "add it to allowed_tools in the registry, or call another tool")
-            ok = False
+        ok = self._allowed(decl, at, col) and ok
         self.per_tool[decl.tool] = self.per_tool.get(decl.tool, 0) + 1
-        args = decl.args
-        if args is None and payload is not None:
+        if decl.args is None and payload is not None:
             if payload is _UNUSABLE:
                 return None  # reported once, at the payload
             if fed_later:
                 return AdmittedCall(self.seq, lane, item_key, call_key, tool, None, None) if ok else None
             args = project_payload(tool, payload)
-        elif args is None:
+        elif decl.args is None:
             args = {}
-        elif (why := value_problem(args)) is not None:
+        elif (why := value_problem(decl.args)) is not None:
             col.add("TL404", f"arguments for {quoted(decl.tool)} cannot be used: {why}", at + ("args",),
                     "pass plain JSON arguments nested at most a few levels")
             return None
-        if tool.input_validator is not None and not tool.input_validator.is_valid(args):
-            for msg in schema_errors(tool.input_validator, args, limit=5):
-                if decl.args is None and payload is not None:
-                    col.add("TL413", f"the lane payload cannot feed {quoted(decl.tool)}: {msg}", at,
-                            "fix the lane's payload, or give this call explicit args")
-                else:
-                    col.add("TL404", f"arguments for {quoted(decl.tool)} fail its input_schema: {msg}",
-                            at + ("args",) if decl.args is not None else at,
-                            "pass exactly the arguments the schema declares")
-            ok = False
+        else:
+            args = decl.args
+        ok = self._valid_input(tool, decl, args, at, payload is not None, col) and ok
         if not ok:
             return None
         return AdmittedCall(self.seq, lane, item_key, call_key, tool, args, sha256_of(args))
+
+    @staticmethod
+    def _unique_key(call_key: str, index: int, item_key: str | None, decl: Any, at: tuple, keys: dict[str, int],
+                    col: Collector) -> bool:
+        """TL406 for a call_key already used in this lane (or plan)."""
+        if call_key in keys:
+            where = "this lane" if item_key is not None else "this plan"
+            col.add("TL406", f"duplicate call_key {quoted(call_key)} in {where} (first at call {keys[call_key]})",
+                    at + ("call_key",) if decl.call_key is not None else at, "give each call its own call_key")
+            return False
+        keys[call_key] = index
+        return True
+
+    def _tool(self, decl: Any, at: tuple, col: Collector) -> ToolSpec | None:
+        """The called tool of the subagent (TL402 when it has none of that name)."""
+        tool = self.sub.tools.get(decl.tool)
+        if tool is None:
+            near = did_you_mean(decl.tool, self.sub.tools)
+            col.add("TL402", f"unknown tool {quoted(decl.tool)} in subagent {quoted(self.sub.id)}", at + ("tool",),
+                    f"did you mean {quoted(near)}?" if near else f"known tools: {listing(sorted(self.sub.tools))}")
+        return tool
+
+    def _allowed(self, decl: Any, at: tuple, col: Collector) -> bool:
+        """TL403 for a tool outside the subagent's allowlist."""
+        if decl.tool in self.sub.allowed_tools:
+            return True
+        col.add("TL403", f"tool {quoted(decl.tool)} is not in runner_defaults.allowed_tools of {quoted(self.sub.id)}",
+                at + ("tool",), "add it to allowed_tools in the registry, or call another tool")
+        return False
+
+    @staticmethod
+    def _valid_input(tool: ToolSpec, decl: Any, args: Any, at: tuple, has_payload: bool, col: Collector) -> bool:
+        """TL404 (or TL413 for arguments fed from the lane payload) for arguments its input
+        schema refuses."""
+        if tool.input_validator is None or tool.input_validator.is_valid(args):
+            return True
+        for msg in schema_errors(tool.input_validator, args, limit=5):
+            if decl.args is None and has_payload:
+                col.add("TL413", f"the lane payload cannot feed {quoted(decl.tool)}: {msg}", at,
+                        "fix the lane's payload, or give this call explicit args")
+            else:
+                col.add("TL404", f"arguments for {quoted(decl.tool)} fail its input_schema: {msg}",
+                        at + ("args",) if decl.args is not None else at,
+                        "pass exactly the arguments the schema declares")
+        return False
 
     def lane(self, decl: LaneDecl, at: tuple, col: Collector) -> None:
         index = self.lane_count
@@ -218,6 +242,27 @@ class _Admitter:
                 if admitted.tool.envelope is not None and admitted.tool.envelope.handoff_fields:
                     fed_later = True
         self.lanes.append(AdmittedLane(index, decl.item_key, None if payload is _UNUSABLE else payload, calls))
+
+    def lane_limits(self, decl: LaneDecl, col: Collector) -> None:
+        """TL407 and TL408 for a streamed lane that takes the run past a call limit."""
+        sub, n = self.sub, self.seq
+        if sub.max_calls is not None and n > sub.max_calls:
+            col.add("TL407", f"this lane takes the run to {n} calls; subagent {quoted(sub.id)} allows {sub.max_calls}",
+                    hint="split the input or raise runner_defaults.max_calls")
+        for c in decl.calls:
+            tool = sub.tools.get(c.tool)
+            if tool is not None and tool.max_calls is not None and self.per_tool.get(c.tool, 0) > tool.max_calls:
+                col.add("TL408", f"this lane takes {quoted(c.tool)} past its max_calls of {tool.max_calls}",
+                        hint="reduce the calls to this tool or raise its max_calls")
+
+    def withdraw(self, decl: LaneDecl, lane: AdmittedLane) -> None:
+        """A streamed lane rejected after it was counted: it gives back its lane index, its tools'
+        counts and its item key (its seqs stay taken: its receipts say why it did not run)."""
+        self.lane_count -= 1
+        for c in decl.calls:
+            self.per_tool[c.tool] = self.per_tool.get(c.tool, 1) - 1
+        if self.item_keys.get(decl.item_key) == lane.index:
+            del self.item_keys[decl.item_key]
 
     def limits(self, at: tuple) -> None:
         total = self.seq
@@ -292,11 +337,23 @@ def admit_plan(
     depth: int = 0,
     max_depth: int | None = None,
     placement: str = "local",
+    servers: Listing | None = None,
 ) -> AdmittedPlan:
     """Load a plan and its registry and admit the whole plan; raises ``ConfigError`` listing
     every problem (plan and registry alike) when anything is wrong. ``depth`` is 0 for a top
     plan and grows for the child plans it runs (``max_depth`` is the top plan's cap);
-    ``placement`` is where its calls will run (``local`` or ``ray``)."""
+    ``placement`` is where its calls will run (``local`` or ``ray``). ``servers`` is what the
+    MCP discovery step found (``contract.mcp.discovered``); admission starts nothing,
+    and raises ``ServersNeeded`` when the plan needs a server the listing lacks. A caller that
+    brings no listing (a library caller, with no event loop of its own) has the discovery step
+    run for it first, as ``discovered`` does."""
+    if servers is None:
+        from ..contract.mcp import discovered
+
+        return discovered(lambda found: admit_plan(
+            path, registry=registry, app_root=app_root, max_concurrency=max_concurrency, lanes=lanes,
+            lanes_name=lanes_name, default_timeout_s=default_timeout_s, spool=spool, stream=stream, depth=depth,
+            max_depth=max_depth, placement=placement, servers=found))
     decl, col = load_plan(path)
     if decl is None:
         raise ConfigError(col.problems)
@@ -315,7 +372,7 @@ def admit_plan(
         decl, col, contract, shown=display_path(path), registry_path=reg_path,
         warnings=[p for p in reg_problems if p.level == "warning"], max_concurrency=max_concurrency,
         lanes=lanes, lanes_name=lanes_name, spool=spool, stream=stream, plan_dir=FsPath(path).parent,
-        depth=depth, max_depth=max_depth, placement=placement,
+        depth=depth, max_depth=max_depth, placement=placement, servers=servers,
     )
 
 
@@ -336,51 +393,24 @@ def admit_declaration(
     depth: int = 0,
     max_depth: int | None = None,
     placement: str = "local",
+    servers: Listing | None = None,
 ) -> AdmittedPlan:
     """Admit an already loaded plan declaration against a compiled contract; problems are
-    placed through ``col`` (the plan file's, or the command line's for ``toolloop call``)."""
-    sub = contract.subagents.get(decl.subagent)
-    if sub is None:
-        near = did_you_mean(decl.subagent, contract.subagents)
-        col.add("TL401", f"unknown subagent {quoted(decl.subagent)}", ("subagent",),
-                f"did you mean {quoted(near)}?" if near else f"subagents: {listing(sorted(contract.subagents))}")
-        raise ConfigError(col.problems)
-    from ..contract.mcp import read_locked_hashes, resolve_server_tools
-
-    # MCP tools: descriptions, schemas (and trusted annotations) from their servers, which must
-    # still offer the schemas toolloop.lock recorded
-    server_problems = resolve_server_tools(sub, locked=read_locked_hashes(contract.file))
-    if any(p.level == "error" for p in server_problems):
-        raise ConfigError(col.problems + server_problems)
-    child_plans: dict = {}
-    if any(t.kind == "plan" for t in sub.tools.values()):
-        from .children import admit_children
-
-        usable = _usable_tools(decl, sub, lanes is not None)
-        contract, sub, child_plans, child_problems = admit_children(
-            contract, sub, usable=usable, depth=depth, max_depth=max_depth if max_depth is not None else sub.max_depth)
-        if child_problems:
-            raise ConfigError(col.problems + child_problems)
+    placed through ``col`` (the plan file's, or the command line's for ``toolloop call``).
+    ``servers``: what the MCP discovery step found (``ServersNeeded`` when the plan needs a
+    server it lacks; nothing is listed here, whether given or not). The contract is not changed: the admitted plan holds a
+    copy with its MCP tools filled in and its plan tools' effects set."""
+    servers = {} if servers is None else servers
+    sub = _subagent(decl, contract, col)
+    contract, sub = _resolve_mcp_tools(contract, sub, col, servers)
+    contract, sub, child_plans = _admit_child_plans(decl, contract, sub, col, lanes is not None, depth, max_depth,
+                                                    servers)
     adm = _Admitter(contract, sub, col)
     routed = None
     if decl.mode == "sequential":
-        if decl.calls is None:
-            col.add("TL202", "a sequential plan needs 'calls'", (), "add 'calls:' with a list of calls", at_key=True)
-        keys: dict[str, int] = {}
-        calls = []
-        for i, c in enumerate(decl.calls or []):
-            admitted = adm.call(0, None, i, c, ("calls", i), keys, None, False, col)
-            adm.seq += 1
-            if admitted is not None:
-                calls.append(admitted)
-        adm.lanes.append(AdmittedLane(0, None, None, calls))
+        admit_sequential(decl, adm, col)
     elif decl.mode == "parallel":
-        for i, lane in enumerate(decl.lanes or []):
-            adm.lane(lane, ("lanes", i), col)
-        if lanes is not None and not stream:
-            read_lanes(lanes, lanes_name, adm, adm.extra, spool)
-        elif decl.lanes is None and lanes is None:  # under --stream, lanes are read as the run goes
-            col.add("TL202", "a parallel plan needs 'lanes' (or --lanes FILE)", (), "add 'lanes:'", at_key=True)
+        admit_parallel(decl, adm, col, lanes, lanes_name, stream, spool)
     else:
         from .routed import admit_routed
 
@@ -388,13 +418,7 @@ def admit_declaration(
         adm.extra.extend(other_files)
     adm.limits(("calls",) if decl.mode == "sequential" else ("lanes",) if decl.lanes is not None else ())
     _refuse_sandboxes(decl, sub, adm, col, placement, more_lanes=stream or decl.mode == "routed")
-    mc = max_concurrency if max_concurrency is not None else decl.max_concurrency
-    if decl.mode == "parallel":
-        if mc is None:
-            col.add("TL409", "max_concurrency is missing", (), "add 'max_concurrency: 4' or pass --max-concurrency 4", at_key=True)
-        elif mc < 1:
-            where = ("max_concurrency",) if max_concurrency is None else ()
-            col.add("TL409", f"max_concurrency must be at least 1, found {excerpt(mc)}", where, "use 1 or more")
+    mc = _concurrency(decl, max_concurrency, col)
     problems = col.problems + adm.extra
     if any(p.level == "error" for p in problems):
         raise ConfigError(problems)
@@ -416,7 +440,89 @@ def admit_declaration(
     )
 
 
+def _subagent(decl: PlanDecl, contract: Contract, col: Collector) -> SubagentSpec:
+    """The plan's subagent (ConfigError with TL401 when the registry has none of that name)."""
+    sub = contract.subagents.get(decl.subagent)
+    if sub is None:
+        near = did_you_mean(decl.subagent, contract.subagents)
+        col.add("TL401", f"unknown subagent {quoted(decl.subagent)}", ("subagent",),
+                f"did you mean {quoted(near)}?" if near else f"subagents: {listing(sorted(contract.subagents))}")
+        raise ConfigError(col.problems)
+    return sub
+
+
+def _resolve_mcp_tools(contract: Contract, sub: SubagentSpec, col: Collector, servers: Listing
+                       ) -> tuple[Contract, SubagentSpec]:
+    """MCP tools: descriptions, schemas (and trusted annotations) from what their servers offer,
+    which must still be the schemas toolloop.lock recorded."""
+    from ..contract.mcp import read_locked_hashes, resolve_server_tools
+
+    filled, server_problems = resolve_server_tools(sub, servers, locked=read_locked_hashes(contract.file))
+    if any(p.level == "error" for p in server_problems):
+        raise ConfigError(col.problems + server_problems)
+    if filled is sub:
+        return contract, sub
+    return replace(contract, subagents={**contract.subagents, sub.id: filled}), filled
+
+
+def _admit_child_plans(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Collector, more_lanes: bool,
+                       depth: int, max_depth: int | None, servers: Listing) -> tuple[Contract, SubagentSpec, dict]:
+    """The child plans of the ``plan:`` tools the plan may call, admitted with it (``children.py``),
+    and the contract with those tools' effects set."""
+    if not any(t.kind == "plan" for t in sub.tools.values()):
+        return contract, sub, {}
+    from .children import admit_children
+
+    usable = _usable_tools(decl, sub, more_lanes)
+    contract, sub, child_plans, child_problems = admit_children(
+        contract, sub, usable=usable, depth=depth, max_depth=max_depth if max_depth is not None else sub.max_depth,
+        servers=servers)
+    if child_problems:
+        raise ConfigError(col.problems + child_problems)
+    return contract, sub, child_plans
+
+
+def admit_sequential(decl: PlanDecl, adm: _Admitter, col: Collector) -> None:
+    """A sequential plan: its calls, one lane."""
+    if decl.calls is None:
+        col.add("TL202", "a sequential plan needs 'calls'", (), "add 'calls:' with a list of calls", at_key=True)
+    keys: dict[str, int] = {}
+    calls = []
+    for i, c in enumerate(decl.calls or []):
+        admitted = adm.call(0, None, i, c, ("calls", i), keys, None, False, col)
+        adm.seq += 1
+        if admitted is not None:
+            calls.append(admitted)
+    adm.lanes.append(AdmittedLane(0, None, None, calls))
+
+
+def admit_parallel(decl: PlanDecl, adm: _Admitter, col: Collector, lanes: IO[bytes] | None, lanes_name: str,
+                   stream: bool, spool: Any) -> None:
+    """A parallel plan: its lanes, then those of ``--lanes`` (read now, or as the run goes
+    under ``--stream``)."""
+    for i, lane in enumerate(decl.lanes or []):
+        adm.lane(lane, ("lanes", i), col)
+    if lanes is not None and not stream:
+        read_lanes(lanes, lanes_name, adm, adm.extra, spool)
+    elif decl.lanes is None and lanes is None:  # under --stream, lanes are read as the run goes
+        col.add("TL202", "a parallel plan needs 'lanes' (or --lanes FILE)", (), "add 'lanes:'", at_key=True)
+
+
+def _concurrency(decl: PlanDecl, given: int | None, col: Collector) -> int | None:
+    """The plan's max_concurrency (``--max-concurrency`` first); TL409 when a parallel plan has
+    none or one below 1."""
+    mc = given if given is not None else decl.max_concurrency
+    if decl.mode == "parallel":
+        if mc is None:
+            col.add("TL409", "max_concurrency is missing", (), "add 'max_concurrency: 4' or pass --max-concurrency 4", at_key=True)
+        elif mc < 1:
+            where = ("max_concurrency",) if given is None else ()
+            col.add("TL409", f"max_concurrency must be at least 1, found {excerpt(mc)}", where, "use 1 or more")
+    return mc
+
+
 from .lanes import LaneStream, read_lanes  # noqa: E402 - they build on _Admitter above
 
 if TYPE_CHECKING:  # routed admission (and the router it checks against) loads only for routed plans
+    from ..contract.mcp import Listing
     from .routed import RoutedSpec

@@ -17,17 +17,21 @@ from ..contract.problems import Problem
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..contract.mcp import Listing
     from .admit import AdmittedPlan
 
 _STRENGTH = {"read": 0, "write": 1, "destructive": 2}
 
 
-def admit_children(contract: Contract, sub: SubagentSpec, *, usable: set[str], depth: int, max_depth: int
-                   ) -> tuple[Contract, SubagentSpec, dict[str, AdmittedPlan], list[Problem]]:
+def admit_children(contract: Contract, sub: SubagentSpec, *, usable: set[str], depth: int, max_depth: int,
+                   servers: Listing | None = None) -> tuple[Contract, SubagentSpec, dict[str, AdmittedPlan], list[Problem]]:
     """The child plans of the ``plan:`` tools the plan may call (``usable``) admitted (by absolute
-    path), the contract with their tools' effects set, and the problems that reject the parent."""
+    path), the contract with their tools' effects set, and the problems that reject the parent.
+    ``servers``: what the MCP discovery step found (``ServersNeeded`` goes up to the caller that
+    runs it, when a child's registry needs a server it lacks)."""
     from .admit import admit_plan
 
+    servers = {} if servers is None else servers  # inside admission nothing is listed: ServersNeeded goes up
     plans: dict[str, AdmittedPlan] = {}
     problems: list[Problem] = []
     tools = dict(sub.tools)
@@ -39,7 +43,8 @@ def admit_children(contract: Contract, sub: SubagentSpec, *, usable: set[str], d
                                            f" past runner_defaults.max_depth ({max_depth})"))
             continue
         try:
-            child = plans.get(tool.ref) or admit_plan(tool.ref, depth=depth + 1, max_depth=max_depth)
+            child = plans.get(tool.ref) or admit_plan(tool.ref, depth=depth + 1, max_depth=max_depth,
+                                                       servers=servers)
         except ConfigError as exc:
             problems.append(_problem(tool, f"plan tool '{tid}': its child plan is rejected"))
             problems.extend(exc.problems)

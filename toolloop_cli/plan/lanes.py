@@ -9,7 +9,6 @@ from typing import IO, TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from .. import _json
-from .._text import quoted
 from ..contract.problems import Collector, Problem
 from ..contract.source import SourceMap
 from ..contract.validation import report_model_errors
@@ -154,60 +153,57 @@ class LaneStream:
                 buf += chunk
 
     def _admit(self, raw: bytes) -> AdmittedLane | RejectedLane:
-        adm = self._adm
         self._smap.values[()] = (self._lineno, 1)
         col = Collector(self._smap, [])
-        decl = None
-        data: Any = None
-        try:
-            decl = LaneDecl.model_validate_json(raw)
-        except ValidationError:
-            try:
-                data = _json.loads(raw)
-            except _json.JSONDecodeError as exc:
-                col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
-            else:
-                if not isinstance(data, dict):
-                    col.add("TL414", "line is not a lane object", hint='write {"item_key": ..., "calls": [...]}')
-                else:
-                    try:
-                        decl = LaneDecl.model_validate(data)
-                    except ValidationError as exc:
-                        report_model_errors(exc, LaneDecl, col, data=data)
-        if decl is not None:
-            seq0 = adm.seq
-            adm.lane(decl, (), col)
-            lane = adm.lanes.pop()
-            sub = adm.sub
-            n = adm.seq
-            if sub.max_calls is not None and n > sub.max_calls:
-                col.add("TL407", f"this lane takes the run to {n} calls; subagent {quoted(sub.id)} allows {sub.max_calls}",
-                        hint="split the input or raise runner_defaults.max_calls")
-            for c in decl.calls:
-                tool = sub.tools.get(c.tool)
-                if tool is not None and tool.max_calls is not None and adm.per_tool.get(c.tool, 0) > tool.max_calls:
-                    col.add("TL408", f"this lane takes {quoted(c.tool)} past its max_calls of {tool.max_calls}",
-                            hint="reduce the calls to this tool or raise its max_calls")
-            if not col.has_errors:
-                if self.journal is not None:
-                    self.journal.add(lane)
-                return lane
-            # a rejected lane still holds its seqs (its receipts say why) but not its lane index
-            # or item key
-            adm.lane_count -= 1
-            for c in decl.calls:
-                adm.per_tool[c.tool] = adm.per_tool.get(c.tool, 1) - 1
-            if adm.item_keys.get(decl.item_key) == lane.index:
-                del adm.item_keys[decl.item_key]
-            return RejectedLane(decl.item_key, [(seq0 + i, c.call_key if c.call_key is not None else str(i), c.tool)
-                                                for i, c in enumerate(decl.calls)], col.problems)
-        # not even a lane: its calls (if any can be read) are reported, others only as findings
-        calls = data.get("calls") if isinstance(data, dict) and isinstance(data.get("calls"), list) else []
-        rows = []
-        for i, c in enumerate(calls):
-            tool = c.get("tool") if isinstance(c, dict) and isinstance(c.get("tool"), str) else "?"
-            key = c.get("call_key") if isinstance(c, dict) and isinstance(c.get("call_key"), str) else str(i)
-            rows.append((adm.seq, key, tool))
-            adm.seq += 1
-        item_key = data.get("item_key") if isinstance(data, dict) and isinstance(data.get("item_key"), str) else None
-        return RejectedLane(item_key, rows, col.problems)
+        decl, data = _parse_lane(raw, col)
+        if decl is None:
+            return _unreadable(self._adm, data, col)
+        adm = self._adm
+        seq0 = adm.seq
+        adm.lane(decl, (), col)
+        lane = adm.lanes.pop()
+        adm.lane_limits(decl, col)
+        if not col.has_errors:
+            if self.journal is not None:
+                self.journal.add(lane)
+            return lane
+        # a rejected lane still holds its seqs (its receipts say why) but not its lane index
+        # or item key
+        adm.withdraw(decl, lane)
+        return RejectedLane(decl.item_key, [(seq0 + i, c.call_key if c.call_key is not None else str(i), c.tool)
+                                            for i, c in enumerate(decl.calls)], col.problems)
+
+
+def _parse_lane(raw: bytes, col: Collector) -> tuple[LaneDecl | None, Any]:
+    """The line as a lane declaration (None, with findings, when it is not one), and its JSON
+    data when it was read but is no lane."""
+    try:
+        return LaneDecl.model_validate_json(raw), None
+    except ValidationError:
+        pass
+    try:
+        data = _json.loads(raw)
+    except _json.JSONDecodeError as exc:
+        col.add("TL414", f"line is not JSON: {exc}", hint="write one lane object per line")
+        return None, None
+    if not isinstance(data, dict):
+        col.add("TL414", "line is not a lane object", hint='write {"item_key": ..., "calls": [...]}')
+        return None, data
+    try:
+        return LaneDecl.model_validate(data), data
+    except ValidationError as exc:
+        report_model_errors(exc, LaneDecl, col, data=data)
+        return None, data
+
+
+def _unreadable(adm: Any, data: Any, col: Collector) -> RejectedLane:
+    """Not even a lane: its calls (if any can be read) are reported, others only as findings."""
+    calls = data.get("calls") if isinstance(data, dict) and isinstance(data.get("calls"), list) else []
+    rows = []
+    for i, c in enumerate(calls):
+        tool = c.get("tool") if isinstance(c, dict) and isinstance(c.get("tool"), str) else "?"
+        key = c.get("call_key") if isinstance(c, dict) and isinstance(c.get("call_key"), str) else str(i)
+        rows.append((adm.seq, key, tool))
+        adm.seq += 1
+    item_key = data.get("item_key") if isinstance(data, dict) and isinstance(data.get("item_key"), str) else None
+    return RejectedLane(item_key, rows, col.problems)

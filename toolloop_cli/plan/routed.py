@@ -369,44 +369,17 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
     """Check a routed plan; returns its spec (``None`` when anything is wrong) and problems
     found in other files (fixture lines), which ``col`` cannot place."""
     ck = _Checker(decl, contract, sub, col, os.fspath(plan_dir) if plan_dir is not None else ".")
-    if not decl.goal:
-        ck.add("TL202", "a routed plan needs a 'goal'", (), "add 'goal: ...'", at_key=True)
-    if decl.budget is None:
-        ck.add("TL410", "a routed plan needs a 'budget' with max_iterations, max_tokens, max_tool_calls and timeout_s",
-               (), "add 'budget: {max_iterations: 8, max_tokens: 40000, max_tool_calls: 12, timeout_s: 120}'", at_key=True)
-    profiles: dict[str, Profile | None] = {}
-    for key in ("router_profile", "final_profile"):
-        prof = getattr(decl, key)
-        if prof is None:
-            ck.add("TL410", f"a routed plan needs {quoted(key)} (provider and model are never defaulted)", (),
-                   f"add '{key}: {{provider: ..., model: ...}}'", at_key=True)
-        profiles[key] = ck.profile(prof, (key,))
+    _check_required(ck, decl)
+    profiles = _profiles(ck, decl)
     final_validator = ck.schema(decl.final_schema, "final_schema")
     inputs_validator = ck.schema(decl.inputs, "inputs")
     # a child plan's context comes from its parent's call, checked against inputs by the call's gate
     context = ck.context(inputs_validator) if not child else {}
-    for i, name in enumerate(decl.allowed_tools or []):
-        if name not in sub.tools:
-            near = did_you_mean(name, sub.tools)
-            ck.add("TL402", f"unknown tool {quoted(name)} in subagent {quoted(sub.id)}", ("allowed_tools", i),
-                   f"did you mean {quoted(near)}?" if near else f"known tools: {listing(sorted(sub.tools))}")
-        elif name not in sub.allowed_tools:
-            ck.add("TL411", f"{quoted(name)} is not in the subagent's runner_defaults.allowed_tools", ("allowed_tools", i),
-                   "routed allowlists are a subset of the subagent's")
+    _check_allowlist(ck, decl, sub)
     outcomes = ck.outcomes()
     routes = ck.routes(outcomes)
     supervisor, _ = ck.supervisor()
-    if decl.budget is not None and decl.budget.max_cost_usd is not None:
-        used = [("router_profile",), ("final_profile",)]
-        if decl.supervisor is not None and decl.supervisor.judge is not None:
-            used.append(("supervisor", "judge", "profile"))
-        for at in used:
-            prof = decl.router_profile if at == ("router_profile",) else decl.final_profile if at == ("final_profile",) \
-                else decl.supervisor.judge.profile  # type: ignore[union-attr]
-            if prof is not None and prof.price is None:
-                ck.add("TL410", f"budget.max_cost_usd needs a price on every profile the plan uses; {'.'.join(at)} has none",
-                       at, "add price: {input_per_mtok: ..., output_per_mtok: ...} (US dollars per million tokens)",
-                       at_key=True)
+    _check_prices(ck, decl)
     observation_guards, final_guards = ck.guards("observations"), ck.guards("final")
     instructions = ck.app_file(decl.instructions, "instructions", ("instructions",)) if decl.instructions else None
     files = [ck.packaged(name) for name in ("router.md", "final.md", "repair.md")]
@@ -430,3 +403,52 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
         inputs_validator=inputs_validator, plan_dir=ck.plan_dir, fixtures=dict(ck.fixtures),
     )
     return spec, []
+
+
+def _check_required(ck: _Checker, decl: PlanDecl) -> None:
+    """TL202 and TL410: a routed plan's goal and budget."""
+    if not decl.goal:
+        ck.add("TL202", "a routed plan needs a 'goal'", (), "add 'goal: ...'", at_key=True)
+    if decl.budget is None:
+        ck.add("TL410", "a routed plan needs a 'budget' with max_iterations, max_tokens, max_tool_calls and timeout_s",
+               (), "add 'budget: {max_iterations: 8, max_tokens: 40000, max_tool_calls: 12, timeout_s: 120}'", at_key=True)
+
+
+def _profiles(ck: _Checker, decl: PlanDecl) -> dict[str, Profile | None]:
+    """The router's and the final answer's profiles, each checked (None where it is wrong)."""
+    profiles: dict[str, Profile | None] = {}
+    for key in ("router_profile", "final_profile"):
+        prof = getattr(decl, key)
+        if prof is None:
+            ck.add("TL410", f"a routed plan needs {quoted(key)} (provider and model are never defaulted)", (),
+                   f"add '{key}: {{provider: ..., model: ...}}'", at_key=True)
+        profiles[key] = ck.profile(prof, (key,))
+    return profiles
+
+
+def _check_allowlist(ck: _Checker, decl: PlanDecl, sub: SubagentSpec) -> None:
+    """TL402 and TL411: the plan's allowed_tools are tools of the subagent, and allowed there."""
+    for i, name in enumerate(decl.allowed_tools or []):
+        if name not in sub.tools:
+            near = did_you_mean(name, sub.tools)
+            ck.add("TL402", f"unknown tool {quoted(name)} in subagent {quoted(sub.id)}", ("allowed_tools", i),
+                   f"did you mean {quoted(near)}?" if near else f"known tools: {listing(sorted(sub.tools))}")
+        elif name not in sub.allowed_tools:
+            ck.add("TL411", f"{quoted(name)} is not in the subagent's runner_defaults.allowed_tools", ("allowed_tools", i),
+                   "routed allowlists are a subset of the subagent's")
+
+
+def _check_prices(ck: _Checker, decl: PlanDecl) -> None:
+    """TL410: a cost budget needs a price on every profile the plan uses."""
+    if decl.budget is None or decl.budget.max_cost_usd is None:
+        return
+    used = [("router_profile",), ("final_profile",)]
+    if decl.supervisor is not None and decl.supervisor.judge is not None:
+        used.append(("supervisor", "judge", "profile"))
+    for at in used:
+        prof = decl.router_profile if at == ("router_profile",) else decl.final_profile if at == ("final_profile",) \
+            else decl.supervisor.judge.profile  # type: ignore[union-attr]
+        if prof is not None and prof.price is None:
+            ck.add("TL410", f"budget.max_cost_usd needs a price on every profile the plan uses; {'.'.join(at)} has none",
+                   at, "add price: {input_per_mtok: ..., output_per_mtok: ...} (US dollars per million tokens)",
+                   at_key=True)

@@ -162,27 +162,39 @@ def short_time(value: Any) -> Any:
 def record_columns(records: list[dict], cell: Any) -> list[Col]:
     """A table of other records (runs, tools, approval requests): one column per key that holds
     something, the key's kind deciding how it may be cut."""
-    keys: list[str] = []
-    for rec in records:
-        keys.extend(k for k in rec if k not in keys and k != "type")
-    keys = [k for k in keys if k not in HIDDEN_KEYS
-            and any(rec.get(k) not in (None, "", {}, [], False) or (k == "args" and rec.get("args_withheld"))
-                    for rec in records)]
     cols = []
-    for i, k in enumerate(keys):
+    for i, k in enumerate(_shown_keys(records)):
         values = [rec.get(k) for rec in records]
         if k == "args":  # as JSON (not as counts, which a mapping of numbers would look like)
-            from .._json import dumps
-
-            values = ["(withheld)" if rec.get("args_withheld") else None if v is None else dumps(v).decode()
-                      for rec, v in zip(records, values)]
+            values = _args_cells(records, values)
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values if v is not None)
-        shown = [cell(short_time(v) if k in TIME_KEYS else short_path(v) if k in PATH_KEYS else v) for v in values]
+        shown = [cell(_short(k, v)) for v in values]
         kind = "whole" if k in WHOLE_KEYS else "text" if k in TEXT_KEYS else "key"
         # the rightmost text column goes first, then the rightmost key column
         rank = (300 if k in KEPT_TEXT else 100 if kind == "text" else 200) - i
         cols.append(Col(k, shown, kind, right=numeric, rank=rank))
     return cols
+
+
+def _shown_keys(records: list[dict]) -> list[str]:
+    """The records' keys in first-seen order, less those hidden or holding nothing in any record."""
+    keys: list[str] = []
+    for rec in records:
+        keys.extend(k for k in rec if k not in keys and k != "type")
+    return [k for k in keys if k not in HIDDEN_KEYS
+            and any(rec.get(k) not in (None, "", {}, [], False) or (k == "args" and rec.get("args_withheld"))
+                    for rec in records)]
+
+
+def _args_cells(records: list[dict], values: list) -> list:
+    from .._json import dumps
+
+    return ["(withheld)" if rec.get("args_withheld") else None if v is None else dumps(v).decode()
+            for rec, v in zip(records, values)]
+
+
+def _short(key: str, value: Any) -> Any:
+    return short_time(value) if key in TIME_KEYS else short_path(value) if key in PATH_KEYS else value
 
 
 def short_path(value: Any) -> Any:

@@ -73,19 +73,29 @@ def show_receipts(console: Any, receipts: list[dict]) -> None:
           + " (every receipt: --format jsonl)")
     failed = [r for r in receipts if r["status"] not in ("ok", "skipped")]
     if failed:
-        groups: dict[tuple, list[dict]] = {}
-        for rec in failed:
-            groups.setdefault((rec["status"], rec["tool"], error_cell(rec.get("error"))), []).append(rec)
-        rows = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]["seq"]))
-        cols = [
-            Col("count", [f"{len(recs)}×" for _k, recs in rows], "whole", right=True),
-            Col("status", [k[0] for k, _r in rows], "whole", style=[STATUS_STYLES.get(k[0], "red") for k, _r in rows]),
-            Col("tool", [escape(k[1]) for k, _r in rows], "key", rank=11),
-            # the message whole where it can be: the first place it happened goes first
-            Col("error", [k[2] for k, _r in rows], "text", rank=9, least=80),
-            Col("first", [_where(recs[0]) for _k, recs in rows], "key", rank=10, spare=True),
-        ]
-        render(console, cols, title=f"not ok ({len(failed)}), identical errors grouped")
+        _show_failures(console, failed)
+    _show_skipped(console, receipts)
+
+
+def _show_failures(console: Any, failed: list[dict]) -> None:
+    """The failed receipts grouped by status, tool and error, the biggest group first."""
+    groups: dict[tuple, list[dict]] = {}
+    for rec in failed:
+        groups.setdefault((rec["status"], rec["tool"], error_cell(rec.get("error"))), []).append(rec)
+    rows = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]["seq"]))
+    cols = [
+        Col("count", [f"{len(recs)}×" for _k, recs in rows], "whole", right=True),
+        Col("status", [k[0] for k, _r in rows], "whole", style=[STATUS_STYLES.get(k[0], "red") for k, _r in rows]),
+        Col("tool", [escape(k[1]) for k, _r in rows], "key", rank=11),
+        # the message whole where it can be: the first place it happened goes first
+        Col("error", [k[2] for k, _r in rows], "text", rank=9, least=80),
+        Col("first", [_where(recs[0]) for _k, recs in rows], "key", rank=10, spare=True),
+    ]
+    render(console, cols, title=f"not ok ({len(failed)}), identical errors grouped")
+
+
+def _show_skipped(console: Any, receipts: list[dict]) -> None:
+    """The skipped calls counted by reason, the commonest first."""
     skipped: dict[str, int] = {}
     for rec in receipts:
         if rec["status"] == "skipped":

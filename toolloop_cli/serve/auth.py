@@ -89,7 +89,33 @@ def _check_token(token: str, where: str) -> None:
 def load_users(path: str, environ: Mapping[str, str]) -> Users:
     """The users file: YAML ``name: {token_env: VAR}``. Every variable must be set (UsageError,
     naming the file, line and what to do, otherwise)."""
-    from .._text import escape, quoted
+    from .._text import escape
+
+    where = escape(path)
+    data, smap = _read_users(path, where)
+
+    def at(keys: tuple, key: bool = False) -> str:
+        line, col = smap.position(keys, at_key=key)
+        return f"{where}:{line}:{col}"
+
+    users: list[User] = []
+    for name, entry in data.items():
+        token = _user_token(name, entry, environ, at, where)
+        if any(hmac.compare_digest(u.token.encode(), token.encode()) for u in users):
+            from .._text import quoted
+
+            raise UsageError(f"{at((name, 'token_env'))}: user {quoted(name)} has the same token as another user;"
+                             " give each person a token of their own")
+        users.append(User(name, token))
+    return Users(users)
+
+
+_SHAPE = "write one entry per person: 'NAME: {token_env: VARIABLE}'"
+
+
+def _read_users(path: str, where: str) -> tuple[dict, Any]:
+    """The users file's mapping and its source map (UsageError when it cannot be read as one)."""
+    from .._text import escape
     from ..contract.source import YamlRejected, load_yaml
 
     try:
@@ -98,7 +124,6 @@ def load_users(path: str, environ: Mapping[str, str]) -> Users:
         raise UsageError(f"cannot read --users {escape(path)}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise UsageError(f"{escape(path)}: the users file is not UTF-8 text") from None
-    where = escape(path)
     try:
         data, smap, issues = load_yaml(text, path)
     except YamlRejected as exc:
@@ -107,35 +132,30 @@ def load_users(path: str, environ: Mapping[str, str]) -> Users:
     if issues:
         i = issues[0]
         raise UsageError(f"{where}:{i.line}:{i.col}: {i.message}" + (f" ({i.hint})" if i.hint else ""))
-    shape = "write one entry per person: 'NAME: {token_env: VARIABLE}'"
     if not isinstance(data, dict) or not data:
-        raise UsageError(f"{where}:1:1: the users file must map names to {{token_env: VARIABLE}}; {shape}")
+        raise UsageError(f"{where}:1:1: the users file must map names to {{token_env: VARIABLE}}; {_SHAPE}")
+    return data, smap
 
-    def at(keys: tuple, key: bool = False) -> str:
-        line, col = smap.position(keys, at_key=key)
-        return f"{where}:{line}:{col}"
 
-    users: list[User] = []
-    for name, entry in data.items():
-        if not isinstance(name, str) or not name.strip() or len(name) > 64 or escape(name) != name:
-            raise UsageError(f"{at((name,), True)}: user name {quoted(name)} must be text of 1 to 64 characters"
-                             " without control characters")
-        if not isinstance(entry, dict) or set(entry) != {"token_env"} or not isinstance(entry["token_env"], str):
-            extra = sorted(str(k) for k in entry) if isinstance(entry, dict) else []
-            unknown = [k for k in extra if k != "token_env"]
-            detail = f" (unknown key {quoted(unknown[0])})" if unknown else ""
-            raise UsageError(f"{at((name,))}: user {quoted(name)} must be {{token_env: VARIABLE}}{detail}; {shape}")
-        var = entry["token_env"]
-        token = environ.get(var, "")
-        if not token:
-            raise UsageError(f"{at((name, 'token_env'))}: user {quoted(name)}: the variable {quoted(var)} is not set;"
-                             f" export it with the person's token, or remove the user from {where}")
-        _check_token(token, f"the variable {quoted(var)} of user {quoted(name)}")
-        if any(hmac.compare_digest(u.token.encode(), token.encode()) for u in users):
-            raise UsageError(f"{at((name, 'token_env'))}: user {quoted(name)} has the same token as another user;"
-                             " give each person a token of their own")
-        users.append(User(name, token))
-    return Users(users)
+def _user_token(name: Any, entry: Any, environ: Mapping[str, str], at: Any, where: str) -> str:
+    """One user's entry checked, and the token its variable holds."""
+    from .._text import escape, quoted
+
+    if not isinstance(name, str) or not name.strip() or len(name) > 64 or escape(name) != name:
+        raise UsageError(f"{at((name,), True)}: user name {quoted(name)} must be text of 1 to 64 characters"
+                         " without control characters")
+    if not isinstance(entry, dict) or set(entry) != {"token_env"} or not isinstance(entry["token_env"], str):
+        extra = sorted(str(k) for k in entry) if isinstance(entry, dict) else []
+        unknown = [k for k in extra if k != "token_env"]
+        detail = f" (unknown key {quoted(unknown[0])})" if unknown else ""
+        raise UsageError(f"{at((name,))}: user {quoted(name)} must be {{token_env: VARIABLE}}{detail}; {_SHAPE}")
+    var = entry["token_env"]
+    token = environ.get(var, "")
+    if not token:
+        raise UsageError(f"{at((name, 'token_env'))}: user {quoted(name)}: the variable {quoted(var)} is not set;"
+                         f" export it with the person's token, or remove the user from {where}")
+    _check_token(token, f"the variable {quoted(var)} of user {quoted(name)}")
+    return token
 
 
 def _header(scope: Mapping[str, Any], name: bytes) -> str | None:
