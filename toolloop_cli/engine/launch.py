@@ -92,7 +92,7 @@ class Launch:
     def __init__(self, state_dir: str | os.PathLike[str] | None = None):
         self.state_dir = os.fspath(state_dir) if state_dir is not None else None
         self.store: Any = None
-        #: the run being started or resumed, once known (a rejected resume names it)
+        #: the run started, resumed or replayed, once known (a rejected resume or replay names it)
         self.run_id: str | None = None
 
     # --- the state folder ---------------------------------------------------------------------
