@@ -43,15 +43,7 @@ def approve(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Answer a call that waits for approval (or all of a run's), once; then run 'toolloop resume RUN_ID'."""
-    if yes == no:
-        fail("give exactly one of --approve or --reject", 2)
-    if all_pending and (call_key is not None or item is not None or args is not None):
-        fail("--all-pending answers every waiting call of the run: give no CALL_KEY, --item or --args with it", 2)
-    if not all_pending and call_key is None:
-        fail("name the call (CALL_KEY, with --item in a parallel run), or give --all-pending", 2,
-             "see the calls waiting with: toolloop approvals list RUN_ID")
-    if args is not None and no:
-        fail("--args goes with --approve", 2)
+    _check_answer_flags(call_key, item, all_pending, yes, no, args)
     from .._login import login_name
 
     who = approver if approver is not None else login_name()
@@ -60,34 +52,10 @@ def approve(
     try:
         rid = store.resolve_run_id(run_id)
         if all_pending:
-            answered = store.answer_all_pending(rid, state, message=message, approver=who)
-            if not answered:
-                fail(f"no call waits for approval in run {rid}", 1)
-            shown = ", ".join(_key(i, c) for i, c in answered[:5]) + (f" and {len(answered) - 5} more"
-                                                                       if len(answered) > 5 else "")
-            sys.stderr.write(f"{state} {len(answered)} call{'s' if len(answered) != 1 else ''} ({shown});"
-                             f" {_continue_with(store, rid)}\n")
-            return
+            return _answer_all(store, rid, state, message, who)
         assert call_key is not None
-        pending = store.approval(rid, item, call_key)
-        if item is None and (pending is None or pending["state"] != "pending"):
-            item = _only_lane(store, rid, call_key)  # in a parallel run, the one lane where it waits
-            pending = store.approval(rid, item, call_key) if item is not None else None
-        if pending is None or pending["state"] != "pending":
-            waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
-            fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
-                 1, f"calls waiting: {waiting}")
-        edited, stored, typed = None, None, []
-        if args is not None:
-            from ..answers import stored_edit
-
-            edited, tool = _checked_args(store, rid, item, call_key, args)
-            stored, typed = stored_edit(tool, edited)  # a redacted value never lands in the journal
-        from .._canonical import sha256_of
-
-        ok = store.answer_approval(rid, item, call_key, state,
-                                   args_sha256=sha256_of(edited) if edited is not None else None, args=stored,
-                                   message=message, approver=who)
+        item = _waiting(store, rid, item, call_key)
+        ok, typed = _answer_one(store, rid, item, call_key, state, args, message, who)
         then = _continue_with(store, rid)
     finally:
         store.close()
@@ -101,6 +69,62 @@ def approve(
 
     where = f" in lane {escape(item)}" if item else ""
     sys.stderr.write(f"{state} {escape(call_key)}{where}; {then}\n")
+
+
+def _check_answer_flags(call_key: Optional[str], item: Optional[str], all_pending: bool, yes: bool, no: bool,
+                        args: Optional[str]) -> None:
+    if yes == no:
+        fail("give exactly one of --approve or --reject", 2)
+    if all_pending and (call_key is not None or item is not None or args is not None):
+        fail("--all-pending answers every waiting call of the run: give no CALL_KEY, --item or --args with it", 2)
+    if not all_pending and call_key is None:
+        fail("name the call (CALL_KEY, with --item in a parallel run), or give --all-pending", 2,
+             "see the calls waiting with: toolloop approvals list RUN_ID")
+    if args is not None and no:
+        fail("--args goes with --approve", 2)
+
+
+def _answer_all(store, rid: str, state: str, message: Optional[str], who: str) -> None:  # noqa: ANN001
+    """``--all-pending``: every call of the run that waits now, answered the same way."""
+    answered = store.answer_all_pending(rid, state, message=message, approver=who)
+    if not answered:
+        fail(f"no call waits for approval in run {rid}", 1)
+    shown = ", ".join(_key(i, c) for i, c in answered[:5]) + (f" and {len(answered) - 5} more"
+                                                               if len(answered) > 5 else "")
+    sys.stderr.write(f"{state} {len(answered)} call{'s' if len(answered) != 1 else ''} ({shown});"
+                     f" {_continue_with(store, rid)}\n")
+
+
+def _waiting(store, rid: str, item: Optional[str], call_key: str) -> Optional[str]:  # noqa: ANN001
+    """The lane of the named call that waits (found when ``--item`` is left out and it waits in
+    one lane only); exit 1 naming the calls that do wait when it does not."""
+    pending = store.approval(rid, item, call_key)
+    if item is None and (pending is None or pending["state"] != "pending"):
+        item = _only_lane(store, rid, call_key)  # in a parallel run, the one lane where it waits
+        pending = store.approval(rid, item, call_key) if item is not None else None
+    if pending is None or pending["state"] != "pending":
+        waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
+        fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
+             1, f"calls waiting: {waiting}")
+    return item
+
+
+def _answer_one(store, rid: str, item: Optional[str], call_key: str, state: str, args: Optional[str],  # noqa: ANN001
+                message: Optional[str], who: str) -> tuple[bool, list]:
+    """The answer written through the journal's compare-and-set (False: answered meanwhile), and
+    the edited fields whose redacted values were withheld from the journal."""
+    edited, stored, typed = None, None, []
+    if args is not None:
+        from ..answers import stored_edit
+
+        edited, tool = _checked_args(store, rid, item, call_key, args)
+        stored, typed = stored_edit(tool, edited)  # a redacted value never lands in the journal
+    from .._canonical import sha256_of
+
+    ok = store.answer_approval(rid, item, call_key, state,
+                               args_sha256=sha256_of(edited) if edited is not None else None, args=stored,
+                               message=message, approver=who)
+    return ok, typed
 
 
 def _continue_with(store, run_id: str) -> str:  # noqa: ANN001

@@ -28,36 +28,23 @@ def replay(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
     """Re-run a routed run from its recorded model answers and report what differs (exit 1)."""
-    from ..engine.replay import differences, prepare_replay, recorded_records
-    from ..engine.resume import find_run
+    from ..engine.launch import Launch
     from ..errors import ConfigError
     from .common import print_findings
-    from .run_cmds import _execute
+    from .running import start
 
-    store = _open_store(state_dir)
+    launch = Launch(state_dir)
     try:
-        run = find_run(store, run_id)
-        recorded = recorded_records(store, run)
-        try:
-            plan, recording = prepare_replay(store, run, offline=offline, execute_writes=execute_writes)
-        except ConfigError as exc:
-            print_findings(exc.problems)
-            sys.stderr.write(f"toolloop: run {run['run_id']} cannot be replayed; nothing ran\n")
-            raise typer.Exit(3)
-    finally:
-        store.close()
-    opts = run["options"] or {}
-    result = _execute(plan, format, None, opts.get("default_timeout_s"), True, False, state_dir, None,
-                      opts.get("output_cap_bytes") or 16 * 1024 * 1024, approve="none", replay=recording)
-    store = _open_store(state_dir)
-    try:
-        new_run = store.get_run(result.summary["run_id"])
-        diffs = differences(recorded, recorded_records(store, new_run))
-    finally:
-        store.close()
+        prepared = launch.replay(run_id, offline=offline, execute_writes=execute_writes)
+    except ConfigError as exc:
+        print_findings(exc.problems)
+        sys.stderr.write(f"toolloop: run {launch.run_id} cannot be replayed; nothing ran\n")
+        raise typer.Exit(3)
+    result = start(launch, prepared, format)
+    diffs = launch.replay_differences(prepared, result)
     for line in diffs:
         sys.stderr.write(f"toolloop: replay differs: {line}\n")
-    sys.stderr.write(f"toolloop: replay of {run['run_id']} as {result.summary['run_id']}: "
+    sys.stderr.write(f"toolloop: replay of {launch.run_id} as {result.summary['run_id']}: "
                      f"{'no difference' if not diffs else f'{len(diffs)} difference(s)'}\n")
     raise typer.Exit(1 if diffs else 0)
 

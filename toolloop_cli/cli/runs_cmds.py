@@ -39,70 +39,40 @@ def resume(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", help=RAY_ADDRESS_HELP),
 ) -> None:
     """Finish an interrupted run; print the full receipt set in order, then the summary."""
-    from ..engine.resume import check_not_running, find_run, owner_token, prepare_resume
-    from ..engine.runstate import HaltPolicy
+    from ..engine.launch import Launch
     from ..errors import ConfigError
-    from .run_cmds import _execute
+    from .running import start
 
-    policy = None
-    if halt is not None:
-        try:
-            policy = HaltPolicy.parse(halt)
-        except ValueError as exc:
-            fail(str(exc), 2)
+    policy = _halt_policy(halt)
     if order is not None and order not in ("input", "completion"):
         fail(f"--order {order!r}: use input or completion", 2)
     if approve is not None and approve not in ("ask", "all", "none"):
         fail(f"--approve {approve!r}: use ask, all or none", 2)
-
-    store = _open_store(state_dir)
+    launch = Launch(state_dir)
     try:
-        run = find_run(store, run_id)
-        owner = owner_token()
-        check_not_running(store, run["run_id"], owner)
-    except BaseException:
-        store.close()
-        raise
-    lanes_stream = None
-    try:
-        if lanes is not None:
-            try:
-                lanes_stream = sys.stdin.buffer if lanes == "-" else open(lanes, "rb")
-            except OSError as exc:
-                fail(f"cannot read --lanes {lanes}: {exc.strerror}", 2)
-        try:
-            plan, settled = prepare_resume(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
-                                           owner=owner, lanes=lanes_stream, lanes_name=lanes or "-",
-                                           accept_contract_change=accept_contract_change)
-        except ConfigError as exc:
-            print_findings(exc.problems)
-            sys.stderr.write(f"toolloop: run {run['run_id']} cannot be resumed; nothing ran\n")
-            raise typer.Exit(3)
-    except BaseException:
-        store.release_lease(run["run_id"], owner)
-        store.close()
-        raise
-    finally:
-        if lanes_stream is not None and lanes_stream is not sys.stdin.buffer:
-            lanes_stream.close()
-    opts = run["options"] or {}
-    if policy is None and opts.get("halt"):
-        policy = HaltPolicy(**opts["halt"])
-    if policy is not None:
-        store.set_option(run["run_id"], "halt", policy.journal_form())
-    if opts.get("parent_run_id") is not None:  # a child run resumed on its own: its parent still waits
-        from ..lineage import top_run_of
+        prepared = launch.resume(run_id, retry_failed=retry_failed, retry_interrupted=retry_interrupted, lanes=lanes,
+                                 accept_contract_change=accept_contract_change, halt=policy, order=order,
+                                 approve=approve, executor=executor.value if executor else None,
+                                 ray_address=ray_address)
+    except ConfigError as exc:
+        print_findings(exc.problems)
+        sys.stderr.write(f"toolloop: run {launch.run_id} cannot be resumed; nothing ran\n")
+        raise typer.Exit(3)
+    if prepared.parent_run_id is not None:  # a child run resumed on its own: its parent still waits
+        sys.stderr.write(f"toolloop: run {prepared.run_id} is a child run of {prepared.parent_run_id}; once it ends,"
+                         f" its answer goes up with: toolloop resume {launch.top_run(prepared)}\n")
+    start(launch, prepared, format, audit)
 
-        top = top_run_of(store, run)
-        sys.stderr.write(f"toolloop: run {run['run_id']} is a child run of {opts['parent_run_id']}; once it ends,"
-                         f" its answer goes up with: toolloop resume {top}\n")
-    store.close()
-    _execute(plan, format, policy, opts.get("default_timeout_s"), bool(opts.get("no_cache")),
-             bool(opts.get("refresh_cache")), state_dir, audit, opts.get("output_cap_bytes") or 16 * 1024 * 1024,
-             resume=settled, run_id=run["run_id"], approve=approve or opts.get("approve") or "ask",
-             order=order or opts.get("order") or "input",
-             executor=executor.value if executor else opts.get("executor") or "local",
-             ray_address=ray_address or (opts.get("ray_address") if executor in (None, Placement.ray) else None))
+
+def _halt_policy(halt: Optional[str]):  # noqa: ANN202 - HaltPolicy, imported lazily
+    if halt is None:
+        return None
+    from ..engine.launch import HaltPolicy
+
+    try:
+        return HaltPolicy.parse(halt)
+    except ValueError as exc:
+        fail(str(exc), 2)
 
 
 @runs_app.command("list")

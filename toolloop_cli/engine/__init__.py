@@ -8,6 +8,7 @@ importing a submodule, such as the process worker's, stays light):
 - ``execute_call``: one governed call; ``check_call``: the gates before it;
 - ``Settlement``: counting, committing, ordering and emitting records;
 - ``RunSession``, ``execute_plan``, ``RunOptions``: a whole journaled run;
+- ``Launch``: a run composed from what a command asks (new, resumed, replayed, an ad-hoc call);
 - ``HaltPolicy``, ``new_run_id``.
 """
 
@@ -31,6 +32,7 @@ _WHERE = {
     "RunOptions": "session",
     "new_run_id": "session",
     "execute_plan": "run",
+    "Launch": "launch",
 }
 
 __all__ = sorted(_WHERE)

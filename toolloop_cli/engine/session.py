@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Awaitable, Callable, Iterator, Protocol
 
 import trio
@@ -38,15 +38,34 @@ Emit = Callable[[dict], None]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-@dataclass
+def _journaled(default: Any) -> Any:
+    """A field that is part of what the run was asked to do: journaled with the run, and read back
+    by ``RunOptions.from_journal`` when it is resumed."""
+    return field(default=default, metadata={"journaled": True})
+
+
+@dataclass(frozen=True)
 class RunOptions:
-    halt: HaltPolicy | None = None
-    default_timeout_s: float | None = None
-    no_cache: bool = False
-    refresh_cache: bool = False
-    output_cap_bytes: int = DEFAULT_OUTPUT_CAP
+    """How a run goes: the options it was asked for (the journaled fields, stored with the run as
+    they are and read back by ``from_journal``) and the hooks of whoever runs it (callbacks, the
+    clock, signal handling: never journaled)."""
+
+    halt: HaltPolicy | None = _journaled(None)
+    default_timeout_s: float | None = _journaled(None)
+    no_cache: bool = _journaled(False)
+    refresh_cache: bool = _journaled(False)
+    output_cap_bytes: int = _journaled(DEFAULT_OUTPUT_CAP)
+    approve: str = _journaled("ask")  # answer to approval gates: ask | all | none
+    order: str = _journaled("input")  # input | completion (run --order)
+    # where calls of callables run: "local" (this process, its threads and worker processes) or
+    # "ray" (tasks on the cluster at ``ray_address``, else RAY_ADDRESS, else a local Ray for the run)
+    executor: str = _journaled("local")
+    ray_address: str | None = _journaled(None)
+    # out-of-band identity of the run (run --label KEY=VALUE), journaled as the run's labels rather
+    # than with its options; None on resume keeps the run's own
+    labels: dict[str, str] | None = None
+
     audit: Callable[[dict], None] | None = None
-    approve: str = "ask"  # answer to approval gates: ask | all | none
     ask: Any = None  # with approve=ask: a person at a terminal (cli/prompt.py); None pauses the run
     on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
     # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
@@ -61,14 +80,6 @@ class RunOptions:
     on_signal: Callable[[str], None] | None = None
     # one-line warnings for a person (a damaged cache entry): standard error in the CLI
     on_warning: Callable[[str], None] | None = None
-    # where calls of callables run: "local" (this process, its threads and worker processes) or
-    # "ray" (tasks on the cluster at ``ray_address``, else RAY_ADDRESS, else a local Ray for the run)
-    executor: str = "local"
-    ray_address: str | None = None
-    # out-of-band identity of the run (run --label KEY=VALUE); None on resume keeps the run's own
-    labels: dict[str, str] | None = None
-
-    order: str = "input"  # input | completion (run --order)
     # the event loop's clock: None for the real one (trio.testing.MockClock makes timeout tests instant)
     clock: Any = None
     # provider instances by provider name: each answers every profile of a routed run (and of its
@@ -76,17 +87,22 @@ class RunOptions:
     providers: dict[str, Any] | None = None
 
     def journal_form(self) -> dict:
-        return {
-            "order": self.order,
-            "halt": asdict(self.halt) if self.halt else None,
-            "default_timeout_s": self.default_timeout_s,
-            "no_cache": self.no_cache,
-            "refresh_cache": self.refresh_cache,
-            "output_cap_bytes": self.output_cap_bytes,
-            "approve": self.approve,
-            "executor": self.executor,
-            "ray_address": self.ray_address,
-        }
+        """The journaled fields as the run's ``options`` hold them (the halt policy as a mapping)."""
+        form = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("journaled")}
+        form["halt"] = self.halt.journal_form() if self.halt else None
+        return form
+
+    @classmethod
+    def from_journal(cls, journaled: dict | None, **hooks: Any) -> RunOptions:
+        """The options a journaled run was started with (its ``options``; keys it does not know, and
+        the plan's own, are left aside; one it lacks, journaled by an older toolloop, takes its
+        default), with ``hooks`` set."""
+        journaled = journaled or {}
+        taken = {f.name: journaled[f.name] for f in fields(cls)
+                 if f.metadata.get("journaled") and journaled.get(f.name) is not None}
+        if taken.get("halt") is not None:
+            taken["halt"] = HaltPolicy(**taken["halt"])
+        return cls(**taken, **hooks)
 
 
 @dataclass
@@ -363,10 +379,12 @@ class RunSession:
         parent's) and the snapshot of the contract it runs under."""
         from ..contract.snapshot import contract_snapshot
 
-        if self.options.labels is None:
+        labels = self.options.labels
+        if labels is None:
             run = self.store.get_run(self.run_id)
-            self.options.labels = dict((run or {}).get("labels") or {})
-        self.ctx.config.labels = dict(self.options.labels)
+            labels = dict((run or {}).get("labels") or {})
+            self.options = replace(self.options, labels=labels)
+        self.ctx.config.labels = dict(labels)
         self.store.describe_run(self.run_id, self.ctx.config.labels, contract_snapshot(self.ctx.contract))
 
     def _end_telemetry(self, summary: dict) -> None:

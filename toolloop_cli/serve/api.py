@@ -128,7 +128,7 @@ def control(kind: str) -> Callable[[Request], Any]:
 
 @refusals
 async def resume(request: Request) -> Response:
-    """202 once the background ``toolloop resume`` has reopened the run (or has already ended), so
+    """202 once the background resume has reopened the run (or has already ended), so
     that following the run's records from then on sees the resumed run."""
     import anyio
 

@@ -1,15 +1,14 @@
 """What the API and the page read and change in the journal, through the same functions as the
 command line: runs as ``runs list`` shows them, a run's records as ``runs show`` prints them,
 pending requests as ``approvals list`` lists them, answers through the journal's
-compare-and-set, steer and abort as control records, and ``toolloop resume`` started in the
-background. Every method is synchronous (the app calls them in a worker thread) and raises
-``Refused`` with an HTTP status for what it will not do.
+compare-and-set, steer and abort as control records, and a run resumed in the background (in
+this process, through the engine's launch). Every method is synchronous (the app calls them in a
+worker thread) and raises ``Refused`` with an HTTP status for what it will not do.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import os
 import threading
 import time
 from pathlib import Path
@@ -42,7 +41,7 @@ class Journal:
         self.folder = folder.resolve()
         self.store = Store(self.folder)
         self.log = log
-        self._resumes: dict[str, tuple[subprocess.Popen, float]] = {}  # run id: (process, started at)
+        self._resumes: dict[str, tuple[Resuming, float]] = {}  # run id: (resume, started at)
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -216,9 +215,12 @@ class Journal:
         return (f"run {rid} failed and every call left to run has run; the failed calls run again only with"
                 f" toolloop resume {rid} --retry-failed")
 
-    def start_resume(self, run_id: str) -> tuple[str, subprocess.Popen]:
-        """Start ``toolloop resume RUN_ID`` in the background with this state folder; 409 when the
-        run is running (or a resume this server started has not ended)."""
+    def start_resume(self, run_id: str) -> tuple[str, Resuming]:
+        """Resume the run in this process, in a thread of its own, with this state folder and the
+        run's own options; 409 when the run is running (or a resume this server started has not
+        ended)."""
+        from ..store import lease_token
+
         run = self._run(run_id)
         rid = run["run_id"]
         with self._lock:
@@ -233,35 +235,82 @@ class Journal:
             why = self._nothing_left(run)
             if why is not None:
                 raise Refused(409, why)
-            since = time.time()
-            # its messages go to a file (it outlives the server if need be), then to the server's log
-            log_path = self.folder / "serve" / f"resume-{rid}.log"
-            log_path.parent.mkdir(exist_ok=True)
-            with open(log_path, "wb") as log_file:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "toolloop_cli", "resume", rid, "--state-dir", str(self.folder),
-                     "--format", "jsonl"],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log_file, start_new_session=True)
-            self._resumes[rid] = (proc, since)
-        threading.Thread(target=self._follow_resume, args=(rid, proc, log_path), daemon=True,
+            resuming = Resuming(lease_token())
+            self._resumes[rid] = (resuming, time.time())
+        threading.Thread(target=self._resume, args=(rid, resuming), daemon=True,
                          name=f"toolloop-serve-resume-{rid}").start()
-        return rid, proc
+        return rid, resuming
 
-    def resume_under_way(self, run_id: str, proc: subprocess.Popen) -> bool:
-        """Whether the background resume has reopened the run, or has already ended."""
-        if proc.poll() is not None:
+    def resume_under_way(self, run_id: str, resuming: Resuming) -> bool:
+        """Whether the resume has reopened the run, or has already ended."""
+        if resuming.poll() is not None:
             return True
         run = self.store.get_run(run_id)
-        return run is not None and run["summary"] is None and holder_pid(run["lease_owner"]) == str(proc.pid)
+        return run is not None and run["summary"] is None and run["lease_owner"] == resuming.owner
 
-    def _follow_resume(self, rid: str, proc: subprocess.Popen, log_path: Path) -> None:
+    def _resume(self, rid: str, resuming: Resuming) -> None:
+        """The run resumed through the engine's launch; its records go to the journal only, what it
+        has to say to the server's log."""
         from .._text import escape
+        from ..engine.launch import Launch
+        from ..errors import ConfigError, RunError, StateError
 
-        code = proc.wait()
+        def say(line: str) -> None:
+            self.log(f"resume {rid}: {escape(line)}")
+
+        launch = Launch(self.folder)
+        code = 70
         try:
-            lines = log_path.read_bytes().decode("utf-8", "replace").splitlines()
-        except OSError:
-            lines = []
-        for line in lines[-20:]:
-            self.log(f"resume {rid}: {escape(line.rstrip())}")
-        self.log(f"resume {rid} ended with exit code {code}")
+            prepared = launch.resume(rid, owner=resuming.owner)
+            result = launch.start(prepared, _Discarded(), handle_signals=False,
+                                  on_warning=lambda text: say(f"warning: {text}"))
+            code = result.exit_code
+            say(f"the run ended {result.summary['status']}")
+        except ConfigError as exc:
+            from ..render.lint import format_text
+
+            for line in format_text(exc.problems).splitlines()[-20:]:
+                say(line)
+            code = 3
+        except (UsageError, RunError, StateError) as exc:
+            say(f"error: {exc}")
+            code = 1 if isinstance(exc, RunError) else 2
+        except Exception as exc:  # noqa: BLE001 - the boundary of a resume the server runs: it is logged
+            say(f"internal error: {type(exc).__name__} (a bug in toolloop; please report it)")
+        finally:
+            launch.close()
+            self.log(f"resume {rid} ended with exit code {code}")
+            resuming.end(code)
+
+
+class Resuming:
+    """A resume this server runs: ``pid`` (this process's), the lease ``owner`` it runs under, and
+    ``poll()``, its exit code once it has ended (None until then)."""
+
+    def __init__(self, owner: str):
+        self.pid = os.getpid()
+        self.owner = owner
+        self.exit_code: int | None = None
+        self._ended = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.exit_code
+
+    def end(self, code: int) -> None:
+        self.exit_code = code
+        self._ended.set()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code once the resume has ended (None if ``timeout`` passes first)."""
+        self._ended.wait(timeout)
+        return self.exit_code
+
+
+class _Discarded:
+    """The records of a resume the server runs: in the journal already, printed nowhere."""
+
+    def write(self, record: dict) -> None:
+        return None
+
+    def flush(self) -> None:
+        return None

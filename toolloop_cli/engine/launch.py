@@ -1,0 +1,238 @@
+"""Composing a run from what a command asks for: a new run, a resume, a replay, an ad-hoc call.
+
+A command (the CLI, ``toolloop serve``, a library user) turns its flags into ``RunOptions`` and a
+few choices of its own, asks a ``Launch`` to prepare the run, starts it with a ``Sink`` for its
+records and the hooks it wants (progress, a terminal prompt, notices), and renders what comes back;
+nothing here prints. What a run needs before it starts is owned here: the state folder's store
+(opened early when ``--lanes`` stream into the journal as they are admitted), the run id chosen
+then, the lane spool, the lease a resume takes, and the journaled options turned back into
+options (``RunOptions.from_journal``). Fork, test-case and MCP-server runs are further ``Launch``
+methods over the same ``Prepared`` and ``start``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, replace
+from typing import IO, Any, Protocol
+
+from ..errors import ConfigError, UsageError
+from ..plan.admit import AdmittedPlan
+from .run import execute_plan
+from .runstate import HaltPolicy
+from .session import RunOptions, RunResult, new_run_id
+
+__all__ = ["HaltPolicy", "Launch", "Prepared", "RunOptions", "Sink", "open_lanes", "resumed_options"]
+
+
+class Sink(Protocol):
+    """Where a run's records go, each after its commit: ``write`` one record, ``flush`` after each
+    batch (both called on the journal's output thread)."""
+
+    def write(self, record: dict) -> None: ...
+
+    def flush(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run ready to start: its admitted plan and options; on resume, its id and what is settled
+    already; on replay, the recording and the records it printed; ``source`` the journaled run it
+    goes on from (resume, replay)."""
+
+    plan: AdmittedPlan
+    options: RunOptions
+    run_id: str | None = None
+    resume: dict | None = None
+    recording: Any = None
+    source: dict | None = None
+    recorded: list[dict] = field(default_factory=list)
+
+    @property
+    def parent_run_id(self) -> str | None:
+        """The parent of a child run resumed on its own (its parent still waits for it)."""
+        return ((self.source or {}).get("options") or {}).get("parent_run_id") if self.resume is not None else None
+
+
+def open_lanes(lanes: str) -> IO[bytes]:
+    """``--lanes FILE`` (or ``-``, standard input) opened for reading; a UsageError when it cannot be."""
+    if lanes == "-":
+        return sys.stdin.buffer
+    try:
+        return open(lanes, "rb")
+    except OSError as exc:
+        raise UsageError(f"cannot read --lanes {lanes}: {exc.strerror}") from None
+
+
+def _close_lanes(stream: IO[bytes] | None) -> None:
+    if stream is not None and stream is not sys.stdin.buffer:
+        stream.close()
+
+
+def resumed_options(journaled: dict | None, *, halt: HaltPolicy | None = None, order: str | None = None,
+                    approve: str | None = None, executor: str | None = None,
+                    ray_address: str | None = None) -> RunOptions:
+    """The options a resume runs with: the run's own, with what the command line gives instead. A
+    run resumed with another executor than Ray forgets the Ray address it was started with."""
+    options = RunOptions.from_journal(journaled)
+    changed: dict[str, Any] = {k: v for k, v in (("halt", halt), ("order", order), ("approve", approve),
+                                                 ("executor", executor)) if v is not None}
+    if executor is not None and executor != "ray":
+        changed["ray_address"] = None
+    if ray_address:
+        changed["ray_address"] = ray_address
+    return replace(options, **changed)
+
+
+class Launch:
+    """One command's run, from its state folder to its end. ``store`` is open from ``open()`` (or
+    the early store of streamed lanes) until ``start`` returns or ``close()``."""
+
+    def __init__(self, state_dir: str | os.PathLike[str] | None = None):
+        self.state_dir = os.fspath(state_dir) if state_dir is not None else None
+        self.store: Any = None
+        #: the run started, resumed or replayed, once known (a rejected resume or replay names it)
+        self.run_id: str | None = None
+
+    # --- the state folder ---------------------------------------------------------------------
+    def open(self, *, create: bool = True) -> Any:
+        """The state folder's store, opened once (``create=False``: it must exist already)."""
+        if self.store is None:
+            from ..store import Store, state_dir as pick
+
+            self.store = Store(pick(self.state_dir), create=create)
+        return self.store
+
+    def close(self) -> None:
+        store, self.store = self.store, None
+        if store is not None:
+            store.close()
+
+    # --- preparing a run ----------------------------------------------------------------------
+    def admit(self, plan: str | os.PathLike[str], options: RunOptions, *, registry: str | None = None,
+              app_root: str | None = None, max_concurrency: int | None = None, lanes: IO[bytes] | None = None,
+              lanes_name: str = "-", stream: bool = False, journal_lanes: bool = True) -> Prepared:
+        """A new run of a plan file, admitted. Lanes read from ``lanes`` go to the journal as they
+        are admitted (bounded memory) unless ``stream`` admits each as it starts, or
+        ``journal_lanes`` is off (a dry run); the store is opened and the run id chosen for that.
+        Raises ConfigError with every finding (nothing journaled is left behind)."""
+        from ..contract.mcp import discovered
+        from ..plan.admit import admit_plan
+
+        spool = None
+        if lanes is not None and journal_lanes and not stream:
+            from .spool import LaneSpool
+
+            self.open()
+            self.run_id = new_run_id()
+            spool = LaneSpool(self.store, self.run_id)
+        try:
+            # the plan's MCP servers are listed first (a step of its own), then the plan admitted
+            admitted = discovered(lambda servers: admit_plan(
+                plan, registry=registry, app_root=app_root, max_concurrency=max_concurrency, lanes=lanes,
+                lanes_name=lanes_name, default_timeout_s=options.default_timeout_s, spool=spool, stream=stream,
+                placement=options.executor, servers=servers))
+        except ConfigError:
+            if spool is not None:
+                spool.discard()
+                self.close()
+            raise
+        return Prepared(admitted, options, run_id=self.run_id)
+
+    def call(self, registry: str | os.PathLike[str], subagent: str, tool: str, args: dict,
+             options: RunOptions) -> Prepared:
+        """One ad-hoc call as a run of its own, its run id chosen now (it is said before the call
+        runs, so a call that hangs or pauses is found by it). Raises ConfigError."""
+        from .adhoc import adhoc_plan
+
+        admitted = adhoc_plan(registry, subagent, tool, args, options.default_timeout_s)
+        self.run_id = new_run_id()
+        return Prepared(admitted, options, run_id=self.run_id)
+
+    def resume(self, run_id: str, *, retry_failed: bool = False, retry_interrupted: bool = False,
+               lanes: str | None = None, accept_contract_change: bool = False, halt: HaltPolicy | None = None,
+               order: str | None = None, approve: str | None = None, executor: str | None = None,
+               ray_address: str | None = None, owner: str | None = None) -> Prepared:
+        """A journaled run (id or unique prefix) ready to go on, its lease taken (by ``owner``, a
+        lease token, when given), with its own options but for those given here; a new ``halt`` is
+        journaled with it. Raises UsageError (no such run, ``lanes`` unreadable), RunError (it
+        runs elsewhere) or ConfigError (it cannot be resumed; nothing is written)."""
+        from .resume import check_not_running, find_run, owner_token, prepare_resume
+
+        store = self.open(create=False)
+        try:
+            run = find_run(store, run_id)
+            self.run_id = run["run_id"]
+            owner = owner or owner_token()
+            check_not_running(store, self.run_id, owner)
+        except BaseException:
+            self.close()
+            raise
+        stream = None
+        try:
+            stream = open_lanes(lanes) if lanes is not None else None
+            plan, settled = prepare_resume(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
+                                           owner=owner, lanes=stream, lanes_name=lanes or "-",
+                                           accept_contract_change=accept_contract_change)
+        except BaseException:
+            store.release_lease(self.run_id, owner)
+            self.close()
+            raise
+        finally:
+            _close_lanes(stream)
+        options = resumed_options(run["options"], halt=halt, order=order, approve=approve, executor=executor,
+                                  ray_address=ray_address)
+        if halt is not None:
+            store.set_option(self.run_id, "halt", halt.journal_form())
+        return Prepared(plan, options, run_id=self.run_id, resume=settled, source=run)
+
+    def top_run(self, prepared: Prepared) -> str:
+        """The run whose resume finishes a child run (its top ancestor)."""
+        from ..lineage import top_run_of
+
+        return top_run_of(self.open(create=False), prepared.source)
+
+    def replay(self, run_id: str, *, offline: bool = False, execute_writes: bool = False) -> Prepared:
+        """A recorded routed run again, as a new run, from its recorded model answers: the cache off,
+        approval gates answered from the recording, its timeout and output cap as it had them.
+        Raises UsageError (no such run, not a routed run) or ConfigError (it cannot be replayed)."""
+        from .replay import prepare_replay, recorded_records
+        from .resume import find_run
+
+        store = self.open(create=False)
+        try:
+            run = find_run(store, run_id)
+            self.run_id = run["run_id"]
+            recorded = recorded_records(store, run)
+            plan, recording = prepare_replay(store, run, offline=offline, execute_writes=execute_writes)
+        finally:
+            self.close()
+        journaled = RunOptions.from_journal(run["options"])
+        options = RunOptions(default_timeout_s=journaled.default_timeout_s, output_cap_bytes=journaled.output_cap_bytes,
+                             no_cache=True, approve="none")
+        return Prepared(plan, options, recording=recording, source=run, recorded=recorded)
+
+    def replay_differences(self, prepared: Prepared, result: RunResult) -> list[str]:
+        """What the replay ``result`` did differently from the recording it replayed, one line each."""
+        from .replay import differences, recorded_records
+
+        store = self.open(create=False)
+        try:
+            return differences(prepared.recorded, recorded_records(store, store.get_run(result.summary["run_id"])))
+        finally:
+            self.close()
+
+    # --- running it ---------------------------------------------------------------------------
+    def start(self, prepared: Prepared, sink: Sink, **hooks: Any) -> RunResult:
+        """Run a prepared run to its end (or interruption), each record committed before ``sink``
+        gets it, the summary last; ``hooks`` are the non-journaled ``RunOptions`` fields (progress,
+        the terminal prompt, notices, the audit sink, signal handling, the clock). The store is
+        closed when it returns."""
+        options = replace(prepared.options, flush_output=sink.flush, **hooks)
+        store = self.open()
+        try:
+            return execute_plan(prepared.plan, store, sink.write, options, run_id=prepared.run_id,
+                                resume=prepared.resume, replay=prepared.recording)
+        finally:
+            self.close()
