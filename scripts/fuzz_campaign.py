@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
 
 #: who fixes a failure, by the module it came from (the rest: the input handling itself)
-OWNERS = (("toolloop_cli/store.py", "storechain"), ("toolloop_cli/providers/", "loopends"))
+OWNERS = (("toolloop_cli/store/", "storechain"), ("toolloop_cli/providers/", "loopends"))
 
 
 class Hang(Exception):
