@@ -168,7 +168,7 @@ class RoutedRunner:
                     await p.aclose()
         if outcome not in (None, "paused"):
             self.supervision.late_controls(outcome)
-        session.store.set_total_calls(session.run_id, self.seq)
+        session.set_total_calls(self.seq)
         return self._end(outcome, final, why)
 
     def _note_starts(self, session: RunSession) -> None:
@@ -562,14 +562,14 @@ class RoutedRunner:
         }
         self.session.settlement.record(rec)  # type: ignore[union-attr]
 
-    def _journal_answer(self, rec: dict) -> None:
+    async def _journal_answer(self, rec: dict) -> None:
         """Journal a model's answer with no secret in it: the values it proposes for a tool's
         redacted fields are replaced where they stand (and scrubbed from everything the run
         writes after, since the model may repeat them), the run's credentials wherever they occur.
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
             rec = {**rec, "text": self._without_proposed_secrets(rec["text"])}
-        self.session.store.put_model_answer(scrub_record(rec, self._secrets))
+        await self.session.journal_model_answer(scrub_record(rec, self._secrets))
 
     def _without_proposed_secrets(self, text: str) -> str:
         decision = parse_decision(text)

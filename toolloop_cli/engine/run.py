@@ -88,7 +88,7 @@ class LanesRunner:
         summary: dict = {}
         failed = None
         if plan.stream is not None and resume is None:
-            session.store.set_total_calls(session.run_id, state.total)  # rejected lanes' calls included
+            session.set_total_calls(state.total)  # rejected lanes' calls included
             summary["rejected_lanes"] = state.rejected_lanes
             if state.rejected_lanes and not (state.halted or state.paused or state.interrupted):
                 failed = "failed"  # a lane that was not admitted is a failure of the run
@@ -111,7 +111,7 @@ async def _watch_for_abort(session: RunSession) -> None:
                 continue  # an earlier session of the run stopped for it; resume goes on
             if not control_holds(session.store, session.run_id, n, kind, session.options.on_warning):
                 continue
-            session.store.consume_control(session.run_id, n, 0)
+            session.consume_control(n, 0)
             if kind == "abort":
                 why = f"aborted by an operator{': ' + message if message else ''}"
                 session.settlement.record({"type": "supervisor", "run_id": session.run_id,  # type: ignore[union-attr]

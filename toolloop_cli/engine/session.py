@@ -34,6 +34,8 @@ from .telemetry import open_telemetry
 
 Emit = Callable[[dict], None]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: how often a wait for the journal looks again (in the run's clock)
+_RECHECK_S = 0.001
 
 
 @dataclass
@@ -276,6 +278,45 @@ class RunSession:
             self.audit_error = exc
             self.state.interrupt()
 
+    # -- writes while the event loop runs: on the journal thread, in order with the run's records --
+
+    async def journal_model_answer(self, answer: dict) -> None:
+        """Journal a model's answer (a ``model_answer`` record) and return once it is committed:
+        the loop acts on an answer only when a resume would find it."""
+        self.journal.write(self.store.put_model_answer, answer)  # type: ignore[union-attr]
+        await self.committed()
+
+    def consume_control(self, n: int, iteration: int) -> None:
+        """The run read operator control ``n`` before turn ``iteration``: committed before any
+        record handed to the journal after it (the record that acts on the control)."""
+        self.journal.write(self.store.consume_control, self.run_id, n, iteration)  # type: ignore[union-attr]
+
+    def set_total_calls(self, total: int) -> None:
+        """The number of calls the run has, committed before its summary."""
+        self.journal.write(self.store.set_total_calls, self.run_id, total)  # type: ignore[union-attr]
+
+    async def committed(self) -> None:
+        """Wait until everything handed to the journal so far is committed, without blocking the
+        event loop; a failed commit is raised here (nothing is acted on that is not journaled)."""
+        journal = self.journal
+        assert journal is not None
+        token, done = trio.lowlevel.current_trio_token(), trio.Event()
+
+        def wake() -> None:  # on the journal thread
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        journal.then(wake)
+        while not done.is_set():
+            # re-armed every millisecond of the run's clock: a clock that jumps whenever the loop
+            # waits on a thread (trio's MockClock) moves by that much, never to the run's deadline
+            with trio.move_on_after(_RECHECK_S):
+                await done.wait()
+        if journal.commit_error is not None:
+            raise journal.commit_error
+
     def _before_start(self, info: tuple) -> None:
         # the start of an at-most-once write is committed before its callable runs
         seq, tool, _sha = info
@@ -450,6 +491,16 @@ class _ChildJournal:
 
     def sync(self) -> None:
         self.parent.sync()
+
+    def write(self, change: Callable[..., Any], *args: Any) -> None:
+        self.parent.write(change, *args)
+
+    def then(self, done: Callable[[], None]) -> None:
+        self.parent.then(done)
+
+    @property
+    def commit_error(self) -> BaseException | None:
+        return self.parent.commit_error
 
 
 def new_run_id() -> str:

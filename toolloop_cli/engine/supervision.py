@@ -81,7 +81,7 @@ class Supervision:
             if not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
                 continue
             if consumed_at is None:
-                store.consume_control(run_id, n, turn)
+                runner.session.consume_control(n, turn)
             if kind == "steer" and shown:
                 runner.steer.append(message)
                 runner.record_supervisor(at, "operator", "steer", message)
@@ -121,7 +121,7 @@ class Supervision:
             self.controls_seen = n + 1
             if consumed_at is not None or not control_holds(store, run_id, n, kind, runner.session.options.on_warning):
                 continue
-            store.consume_control(run_id, n, it)
+            runner.session.consume_control(n, it)
             said = message or ("aborted by an operator" if kind == "abort" else "")
             runner.record_supervisor(it, "operator", kind, f"{said} (arrived after the run's last model request;"
                                                            f" the run ended {outcome} as it would have)")
