@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .db import Database, dumps, loads, naming_the_run
+from .. import _json
+from .db import Database, dumps, naming_the_run
 
 
 @naming_the_run
@@ -25,7 +26,12 @@ class Cache:
         database = self._database
         with database._lock:
             row = database.db.execute("SELECT result FROM cache WHERE key=?", (key,)).fetchone()
-        return None if row is None else (loads(row[0], f"the cached result {key[:16]}…"),)
+        if row is None:
+            return None
+        # a damaged entry is not damage to the journal: the cache's reader takes it as a miss with a warning
+        if not isinstance(row[0], (str, bytes)):
+            raise ValueError("the stored value is not JSON text")
+        return (_json.loads(row[0]),)
 
     def put(self, key: str, tool: str, result: Any) -> None:
         database = self._database
