@@ -368,7 +368,7 @@ def test_the_web_api_answers_a_damaged_read_with_500_and_the_same_message(journa
 def test_bytes_sqlite_cannot_decode_as_its_own_text_are_damage(tmp_path):
     """A damaged page can make SQLite hand back undecodable text where no column is read (a
     pragma's answer, an error message): Python raises UnicodeDecodeError, which is damage too."""
-    from toolloop_cli._statedb import reading
+    from toolloop_cli.store.db import reading
 
     with pytest.raises(StateError, match="not UTF-8 text") as caught:
         with reading(tmp_path / "state.db"):

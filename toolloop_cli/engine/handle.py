@@ -10,7 +10,7 @@ does not open or close the run, touch its lease or write its summary: those stay
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
 import trio
 
@@ -31,7 +31,8 @@ class RunHandle:
     def __init__(self, *, ctx: RunContext, settlement: Settlement, state: RunState, store: Any, journal: Any,
                  halt: HaltPolicy | None = None, warn: Callable[[str], None] | None = None,
                  on_rejected: Callable[[list], None] | None = None,
-                 on_model_answer: Callable[..., None] | None = None, providers: dict[str, Any] | None = None):
+                 on_model_answer: Callable[..., None] | None = None, providers: dict[str, Any] | None = None,
+                 committed: Callable[[], Awaitable[None]] | None = None):
         self.ctx = ctx
         self.settlement = settlement
         self.state = state
@@ -42,6 +43,7 @@ class RunHandle:
         self.providers = providers or {}  # provider instances the caller gave, by name (the caller closes them)
         self._store = store
         self._journal = journal
+        self._committed = committed  # waits until all handed to the journal is committed (the session's)
 
     @property
     def run_id(self) -> str:
@@ -70,16 +72,19 @@ class RunHandle:
         self.settlement.observers.append(observer)
         self.settlement.record_observers.append(observer)
 
-    def model_answer(self, rec: dict) -> None:
-        """Journal a model's answer (already scrubbed of every secret)."""
-        self._store.put_model_answer(rec)
+    async def model_answer(self, rec: dict) -> None:
+        """Journal a model's answer (already scrubbed of every secret) on the journal thread, and
+        return once it is committed: the loop acts on an answer only when a resume would find it."""
+        self._journal.write(self._store.put_model_answer, rec)
+        await self._committed()
 
     async def synced(self) -> None:
         """Return once the journal holds every record handed to it so far."""
         await trio.to_thread.run_sync(self._journal.sync)
 
     def set_total_calls(self, total: int) -> None:
-        self._store.set_total_calls(self.run_id, total)
+        """The number of calls the run has, committed (by the journal thread) before its summary."""
+        self._journal.write(self._store.set_total_calls, self.run_id, total)
 
     # -- pauses and signals -------------------------------------------------------------------
 
@@ -113,5 +118,6 @@ class RunHandle:
         return control_holds(self._store, self.run_id, n, kind, self.warn)
 
     def consume_control(self, n: int, turn: int) -> None:
-        """Control ``n`` was acted on at ``turn``: a resume applies it there again, never twice."""
-        self._store.consume_control(self.run_id, n, turn)
+        """Control ``n`` was acted on at ``turn``: a resume applies it there again, never twice.
+        Committed by the journal thread before any record handed to it after (the one that acts on it)."""
+        self._journal.write(self._store.consume_control, self.run_id, n, turn)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Mapping, Sequence
 
 import trio
 
@@ -54,12 +54,13 @@ class Answer:
 class ModelCalls:
     """The model requests of one run, numbered ``n`` = 1, 2, … in the order they are made.
 
-    ``journal`` commits each answer (a ``model_answer`` record) before the loop uses it.
+    ``journal`` commits each answer (a ``model_answer`` record), and returns once it has, before
+    the loop uses it.
     ``recorded`` are the answers a resumed run already has, in order: each is reused while the run
     asks the same requests in the same order, and the first mismatch ends their reuse.
     """
 
-    def __init__(self, providers: Mapping[str, Any], *, run_id: str, journal: Callable[[dict], None],
+    def __init__(self, providers: Mapping[str, Any], *, run_id: str, journal: Callable[[dict], Awaitable[None]],
                  recorded: Sequence[dict] = (), rng: Any = None,
                  on_answer: Callable[..., None] | None = None,
                  warn: Callable[[str], None] | None = None):
@@ -124,7 +125,7 @@ class ModelCalls:
         }
         if reply.cut:
             record["truncated"] = True
-        self.journal(record)
+        await self.journal(record)
         if self.on_answer is not None:
             self.on_answer(record, profile.model, started_ns, provider=profile.provider)
         return Answer(n, role, reply, duration_ms, False)

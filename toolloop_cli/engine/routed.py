@@ -501,14 +501,14 @@ class RoutedRunner(FinalAnswer):
         }
         self.handle.record(rec)
 
-    def _journal_answer(self, rec: dict) -> None:
+    async def _journal_answer(self, rec: dict) -> None:
         """Journal a model's answer with no secret in it: the values it proposes for a tool's
         redacted fields are replaced where they stand (and scrubbed from everything the run
         writes after, since the model may repeat them), the run's credentials wherever they occur.
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
             rec = {**rec, "text": self._without_proposed_secrets(rec["text"])}
-        self.handle.model_answer(scrub_record(rec, self._secrets))
+        await self.handle.model_answer(scrub_record(rec, self._secrets))
 
     def _without_proposed_secrets(self, text: str) -> str:
         decision = parse_decision(text)

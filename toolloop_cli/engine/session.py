@@ -36,6 +36,8 @@ from .telemetry import open_telemetry
 
 Emit = Callable[[dict], None]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: how often a wait for the journal looks again (in the run's clock)
+_RECHECK_S = 0.001
 
 
 def _journaled(default: Any) -> Any:
@@ -298,6 +300,30 @@ class RunSession:
             self.audit_error = exc
             self.state.interrupt()
 
+    # -- writes while the event loop runs: on the journal thread, in order with the run's records --
+
+    async def committed(self) -> None:
+        """Wait until everything handed to the journal so far is committed, without blocking the
+        event loop; a failed commit is raised here (nothing is acted on that is not journaled)."""
+        journal = self.journal
+        assert journal is not None
+        token, done = trio.lowlevel.current_trio_token(), trio.Event()
+
+        def wake() -> None:  # on the journal thread
+            try:
+                token.run_sync_soon(done.set)
+            except trio.RunFinishedError:
+                pass
+
+        journal.then(wake)
+        while not done.is_set():
+            # re-armed every millisecond of the run's clock: a clock that jumps whenever the loop
+            # waits on a thread (trio's MockClock) moves by that much, never to the run's deadline
+            with trio.move_on_after(_RECHECK_S):
+                await done.wait()
+        if journal.commit_error is not None:
+            raise journal.commit_error
+
     def _before_start(self, info: tuple) -> None:
         # the start of an at-most-once write is committed before its callable runs
         seq, tool, _sha = info
@@ -372,7 +398,7 @@ class RunSession:
                          journal=self.journal, halt=self.options.halt, warn=self.options.on_warning,
                          on_rejected=self.options.on_rejected,
                          on_model_answer=self.telemetry.chat if self.telemetry is not None else None,
-                         providers=self.options.providers)
+                         providers=self.options.providers, committed=self.committed)
 
     def _describe(self) -> None:
         """The run's labels (a resume keeps those it was started with; child runs take their
@@ -483,6 +509,16 @@ class _ChildJournal:
 
     def sync(self) -> None:
         self.parent.sync()
+
+    def write(self, change: Callable[..., Any], *args: Any) -> None:
+        self.parent.write(change, *args)
+
+    def then(self, done: Callable[[], None]) -> None:
+        self.parent.then(done)
+
+    @property
+    def commit_error(self) -> BaseException | None:
+        return self.parent.commit_error
 
 
 def new_run_id() -> str:

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 from .. import _json
 
 from .._canonical import sha256_of
-from .._statedb import Connection, parse_json, parse_object
+from ..store.db import Connection, parse_json, parse_object
 from ..contract.compiled import SubagentSpec
 from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from .redact import Redactor

@@ -1,15 +1,23 @@
-"""The state database's read layer: every value read from the journal is checked before anything
-else sees it, so a damaged file (a missing table, a malformed page, a value of the wrong type, JSON
-that does not parse) is one ``StateError`` naming the file, and the run and the record where they
-are known, from whichever command reads it, never a crash further in.
+"""The state database: its connection (WAL, migrations, transactions) and its read layer.
+
+One database file (WAL mode) per state folder, ``state.db``. Durability: WAL with
+``synchronous=NORMAL``. A committed transaction survives the death of the process at any instant
+(SIGKILL included); a power loss may drop the last few commits but never leaves a half-written one
+(SQLite checks every WAL frame and ignores an incomplete tail).
+
+The read layer checks every value read from the journal before anything else sees it, so a
+damaged file (a missing table, a malformed page, a value of the wrong type, JSON that does not
+parse) is one ``StateError`` naming the file, and the run and the record where they are known,
+from whichever command reads it, never a crash further in.
 
 - ``Connection`` wraps the SQLite connection. An SQLite error that means damage becomes a
   ``StateError``; every row fetched is checked against the kind of each column it holds
   (``COLUMNS``, by name: the journal gives each column name one meaning in every table).
 - ``parse_json`` and ``parse_object`` read a JSON column, naming the record that does not parse.
-- ``naming_the_run`` gives a ``StateError`` raised inside a ``Store`` method the run it was
+- ``naming_the_run`` gives a ``StateError`` raised inside a store method the run it was
   reading (its ``run_id`` argument), so each message says where to look.
-- ``schema_problem`` compares the tables and columns of a database with those its migrations make.
+- ``Database`` opens the file, brings its schema up to date (``schema.py``) and gives the store's
+  parts one connection behind one lock, and ``_writing``, one transaction.
 
 Errors that are not damage (a busy or full disk, a read-only file, a bug in a statement) are left as
 they are: the run's own handling reports them.
@@ -17,13 +25,19 @@ they are: the run's own handling reports them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import os
 import sqlite3
+import threading
+import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from . import _json
-from .errors import StateError
+from .. import _json
+from ..errors import RunError, StateError, UsageError
+from .schema import MIGRATIONS, schema_problem
 
 INT, TIME, TEXT, JSON = "an integer", "a time", "text", "JSON text"
 
@@ -269,38 +283,164 @@ def _named(fn: Callable) -> Callable:
     return call
 
 
-_EXPECTED: dict[tuple, dict[str, list[str]]] = {}
+def state_dir(flag: str | os.PathLike | None) -> Path:
+    """``--state-dir`` wins, then ``TOOLLOOP_STATE_DIR``, then ``./.toolloop``."""
+    if flag:
+        return Path(flag)
+    env = os.environ.get("TOOLLOOP_STATE_DIR")
+    return Path(env) if env else Path(".toolloop")
 
 
-def expected_schema(migrations: list[tuple[str, ...]]) -> dict[str, list[str]]:
-    """Tables and their columns as ``migrations`` make them (worked out once, in memory)."""
-    key = tuple(tuple(m) for m in migrations)
-    if key not in _EXPECTED:
-        con = sqlite3.connect(":memory:")
+def dumps(value: Any) -> str:
+    return _json.dumps(value).decode()
+
+
+def loads(text: str | bytes, what: str = "a stored value", run_id: str | None = None) -> Any:
+    """A JSON column's value; damage (a ``StateError`` naming ``what``) when it does not parse."""
+    return parse_json(text, what, run_id)
+
+
+def _keep_out_of_git(folder: Path, ours: bool) -> None:
+    """A state folder toolloop created (or the default ``.toolloop``) holds a ``.gitignore`` of
+    ``*``, so the journal never lands in a repository by accident. A folder the user named that
+    already existed is left as it is."""
+    marker = folder / ".gitignore"
+    if ours and not marker.exists():
+        marker.write_text("# toolloop's state (journal and cache): never committed\n*\n", encoding="utf-8")
+
+
+@naming_the_run
+class Database:
+    """One open ``state.db``: a connection behind a lock (methods of the store's parts are
+    synchronous and thread-safe), its schema brought up to date when it is opened."""
+
+    def __init__(self, folder: str | os.PathLike, *, create: bool = True,
+                 migrations: list[tuple[str, ...]] | None = None):
+        folder = Path(folder)
+        self.path = folder / "state.db"
+        self.db = self._connect(folder, create)
+        self._lock = threading.RLock()
         try:
-            for step in migrations:
-                for stmt in step:
-                    con.execute(stmt)
-            _EXPECTED[key] = _schema(con)
-        finally:
-            con.close()
-    return _EXPECTED[key]
+            self.db.execute("PRAGMA busy_timeout=30000")
+            mode = self._to_wal()
+            if str(mode).lower() != "wal":
+                raise UsageError(f"the state database {self.path} cannot use WAL journaling (got '{mode}');"
+                                 " put --state-dir on a local file system")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate(MIGRATIONS if migrations is None else migrations)
+            # a table dropped or renamed, or a column gone, is named now, before anything is run
+            problem = schema_problem(self.db, MIGRATIONS if migrations is None else migrations)
+            if problem is not None:
+                raise StateError(problem, path=self.path)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise StateError(f"it is not a usable toolloop state database ({exc})", path=self.path) from None
+        except BaseException:
+            self.db.close()
+            raise
+
+    def _connect(self, folder: Path, create: bool) -> Connection:
+        from .._paths import look_at
+
+        if (looked := look_at(self.path)).kind == "bad":  # a --state-dir no file system takes
+            from .._text import excerpt
+
+            raise UsageError(f"cannot open the state database in {excerpt(str(folder))}: {looked.why}")
+        if not create and not self.path.exists():
+            raise UsageError(f"no state database at {self.path} (run a plan first, or pass --state-dir)")
+        try:
+            new_folder = not folder.exists()
+            folder.mkdir(parents=True, exist_ok=True)
+            _keep_out_of_git(folder, new_folder or folder.name == ".toolloop")
+            return Connection(sqlite3.connect(self.path, timeout=30, check_same_thread=False,
+                                              isolation_level=None), self.path)
+        except (OSError, sqlite3.Error) as exc:
+            raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
+
+    def _to_wal(self) -> str:
+        # Switching a new file to WAL takes an exclusive lock and, when another process does the
+        # same at that moment, fails with "locked" without waiting: retry for a bounded time.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return self.db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return int(self.db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _migrate(self, migrations: list[tuple[str, ...]]) -> None:
+        target = len(migrations)
+        with self._lock:
+            if self.schema_version == target:
+                return
+            # IMMEDIATE: two processes opening a fresh folder at once migrate it once.
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                version = self.schema_version
+                if version < 0:
+                    raise StateError(f"its schema version is {version}, which no toolloop writes", path=self.path)
+                if version > target:
+                    raise RunError(
+                        f"the state database {self.path} has schema version {version}, newer than this toolloop"
+                        f" understands ({target}); upgrade toolloop, or use another --state-dir"
+                    )
+                for v in range(version, target):
+                    for stmt in migrations[v]:
+                        self.db.execute(stmt)
+                self.db.execute(f"PRAGMA user_version={target}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    def _transaction(self, work: Callable[[], Any]) -> Any:
+        with self._writing():
+            return work()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction (a change and its link in the run's hash chain commit together)."""
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def data_version(self) -> int:
+        """A number that changes whenever another connection (another process, another Store)
+        commits to the database: a cheap way to tell that there is something new to read."""
+        with self._lock:
+            return int(self.db.execute("PRAGMA data_version").fetchone()[0])
 
 
-def _schema(con: Any) -> dict[str, list[str]]:
-    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'"
-                                        " AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-    return {t: [r[1] for r in con.execute("PRAGMA table_info(\"" + t.replace('"', '""') + "\")")] for t in tables}
-
-
-def schema_problem(con: Any, migrations: list[tuple[str, ...]]) -> str | None:
-    """What is missing from the database's tables (a table dropped or renamed, a column gone),
-    or None when it has every table and column its schema version promises."""
-    have = _schema(con)
-    for table, columns in expected_schema(migrations).items():
-        if table not in have:
-            return f"its table '{table}' is missing"
-        gone = [c for c in columns if c not in have[table]]
-        if gone:
-            return f"its table '{table}' has no column '{gone[0]}'"
-    return None
+def checked_row(cur: Any, row: tuple) -> dict:
+    """A row as a dict by column name, the JSON columns of a run (options, counts, summary, labels) parsed
+    and checked."""
+    out = {d[0]: v for d, v in zip(cur.description, row)}
+    try:
+        for key in ("options", "counts", "summary"):
+            if out.get(key):
+                out[key] = parse_object(out[key], f"the run's {key}", SUMMARY if key == "summary" else None)
+        if "labels" in out:
+            out["labels"] = parse_object(out["labels"], "the run's labels") if out["labels"] else {}
+            if not all(isinstance(v, str) for v in out["labels"].values()):
+                raise StateError("the run's labels are not all text")
+        if isinstance(out.get("counts"), dict) and not all(type(v) is int for v in out["counts"].values()):
+            raise StateError("the run's counts are not all integers")
+    except StateError as exc:
+        exc.run_id = exc.run_id or out.get("run_id")
+        raise
+    return out

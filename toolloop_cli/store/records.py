@@ -1,0 +1,209 @@
+"""What a run journals as it goes: receipts, its other output records (decisions, supervisor and
+guardrail records), the model answers of a routed run, and the hash chain over all of them.
+
+Each record commits in one transaction with its link in its run's hash chain (``chain.py`` says
+how links are computed and checked). Approval requests and answers and operator controls are
+links of the same chain (``link`` and ``linked_text``, used by ``approvals.py`` and
+``controls.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import _json
+from ..chain import EMPTY_SHA256, RESET, Link, link_sha256, record_sha256
+from ..errors import StateError
+from .db import MODEL_ANSWER, RECEIPT, Connection, Database, dumps, naming_the_run, parse_object
+
+#: The keys every reader of a journaled record relies on, by the kind of record
+_RECORD_KEYS: dict[str, dict[str, Any]] = {
+    "receipt": RECEIPT,
+    "record": {"type": str},
+    "model_answer": MODEL_ANSWER,
+}
+
+
+def _record(kind: str, ref: int, text: str) -> dict:
+    """A journaled record read back: a JSON object with the keys its readers rely on, of the type
+    its table holds (a decision in the receipts' table would be shown as what it is not)."""
+    from ..chain import describe
+
+    what = describe(kind, ref)
+    rec = parse_object(text, what, _RECORD_KEYS[kind])
+    shown = rec["type"]
+    wrong = shown in ("receipt", "model_answer", "summary") if kind == "record" else shown != kind
+    if wrong:
+        raise StateError(f"{what} is a '{shown[:40]}' record")
+    return rec
+
+
+def _linked_row(cur: Any, row: tuple) -> str:
+    """An approval request or control as its link hashes it: the row's columns but its keys'
+    numbers, NULL ones left out (so a column added later does not change older rows' text), as
+    canonical JSON."""
+    return _json.dumps({d[0]: v for d, v in zip(cur.description, row)
+                        if d[0] not in ("run_id", "n", "linked") and v is not None}, canonical=True).decode()
+
+
+def link(db: Connection, entries: list[tuple[str, str, int, str | None]]) -> None:
+    """Append ``(run_id, kind, ref, stored text)`` to their runs' hash chains, in order
+    (inside the transaction that stores the records)."""
+    heads: dict[str, tuple[int, str]] = {}
+    rows = []
+    for run_id, kind, ref, text in entries:
+        head = heads.get(run_id)
+        if head is None:
+            row = db.execute("SELECT n, link_sha256 FROM chain WHERE run_id=? ORDER BY n DESC LIMIT 1",
+                             (run_id,)).fetchone()
+            head = (row[0], row[1]) if row is not None else (-1, "")
+        digest = EMPTY_SHA256 if text is None else record_sha256(text)
+        linked = link_sha256(head[1], kind, ref, digest)
+        head = heads[run_id] = (head[0] + 1, linked)
+        rows.append((run_id, head[0], kind, ref, digest, linked))
+    if rows:
+        db.executemany("INSERT INTO chain (run_id, n, kind, ref, record_sha256, link_sha256)"
+                       " VALUES (?,?,?,?,?,?)", rows)
+
+
+def linked_text(db: Connection, kind: str, run_id: str, ref: int) -> str | None:
+    """The text an approval request or a control is linked as, or None when there is no such
+    row (or, for a control, it was journaled before controls were links)."""
+    sql = ("SELECT * FROM approvals WHERE run_id=? AND n=?" if kind == "approval"
+           else "SELECT * FROM controls WHERE run_id=? AND n=? AND linked IS NOT NULL")
+    cur = db.execute(sql, (run_id, ref))
+    row = cur.fetchone()
+    return None if row is None else _linked_row(cur, row)
+
+
+@naming_the_run
+class Records(Database):
+    """Receipts, other output records, model answers and the hash chain."""
+
+    def put_receipts(self, records: list[dict]) -> None:
+        """Commit receipt records (one transaction); a later record for the same call replaces
+        the earlier one (resume settles a cancelled write as interrupted, or re-runs a call)."""
+        self.put_records(records)
+
+    def put_records(self, receipts: list[dict], others: list[tuple[dict, int]] = ()) -> None:  # type: ignore[assignment]
+        """Commit receipts and other output records in one transaction, each with its link in
+        its run's hash chain (receipts first, then the others, in the order given). ``others``
+        are ``(record, receipts_before)``: the record and how many receipts were printed before it."""
+        rows = [(r["run_id"], r["seq"], r["status"], dumps(r)) for r in receipts]
+
+        def work() -> None:
+            links: list[tuple[str, str, int, str | None]] = []
+            if rows:
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows)
+                links += [(run_id, "receipt", seq, text) for run_id, seq, _status, text in rows]
+            next_n: dict[str, int] = {}
+            for rec, before in others:
+                run_id, text = rec["run_id"], dumps(rec)
+                n = next_n.get(run_id)
+                if n is None:
+                    n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?",
+                                        (run_id,)).fetchone()[0]
+                next_n[run_id] = n + 1
+                self.db.execute("INSERT INTO records (run_id, n, type, receipts_before, record) VALUES (?,?,?,?,?)",
+                                (run_id, n, rec["type"], before, text))
+                links.append((run_id, "record", n, text))
+            link(self.db, links)
+
+        self._transaction(work)
+
+    def clear_records(self, run_id: str) -> None:
+        """Forget a run's other output records (a resumed routed run records them again as it
+        replays); the hash chain says so with a reset link."""
+        def work() -> None:
+            self.db.execute("DELETE FROM records WHERE run_id=?", (run_id,))
+            link(self.db, [(run_id, RESET, -1, None)])
+
+        self._transaction(work)
+
+    def records_of(self, run_id: str) -> list[tuple[int, dict]]:
+        """The run's other output records in commit order: ``(receipts_before, record)``."""
+        with self._lock:
+            rows = self.db.execute("SELECT n, receipts_before, record FROM records WHERE run_id=? ORDER BY n",
+                                   (run_id,)).fetchall()
+        return [(before, _record("record", n, rec)) for n, before, rec in rows]
+
+    def receipts_of(self, run_id: str) -> list[dict]:
+        with self._lock:
+            rows = self.db.execute("SELECT seq, record FROM receipts WHERE run_id=? ORDER BY seq", (run_id,)).fetchall()
+        return [_record("receipt", seq, text) for seq, text in rows]
+
+    def counts_of(self, run_id: str) -> dict[str, int]:
+        """Receipts per status so far (for a run that has no summary yet)."""
+        with self._lock:
+            return dict(self.db.execute(
+                "SELECT status, COUNT(*) FROM receipts WHERE run_id=? GROUP BY status ORDER BY status", (run_id,)))
+
+    # --- model answers (routed runs: replay and resume reuse them) ---------------------
+    def put_model_answer(self, answer: dict) -> None:
+        """Commit one model answer (a ``model_answer`` record: run_id, n, role, request_sha256, ...)
+        with its link in the run's hash chain."""
+        text = dumps(answer)
+
+        def work() -> None:
+            self.db.execute(
+                "INSERT OR REPLACE INTO model_answers (run_id, n, role, request_sha256, answer, record)"
+                " VALUES (?,?,?,?,?,?)",
+                (answer["run_id"], answer["n"], answer["role"], answer["request_sha256"], answer.get("text") or "",
+                 text))
+            link(self.db, [(answer["run_id"], "model_answer", answer["n"], text)])
+
+        self._transaction(work)
+
+    def model_answers_of(self, run_id: str) -> list[dict]:
+        with self._lock:
+            rows = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
+                                   (run_id,)).fetchall()
+        return [_record("model_answer", n, text) for n, text in rows]
+
+    # --- the hash chain ---------------------------------------------------------------
+    def chain_head(self, run_id: str) -> str | None:
+        """The last link of the run's hash chain (None before its first record)."""
+        with self._lock:
+            row = self.db.execute("SELECT link_sha256 FROM chain WHERE run_id=? ORDER BY n DESC LIMIT 1",
+                                  (run_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def chain_of(self, run_id: str) -> tuple[list[Link], dict[tuple[str, int], str]]:
+        """The run's links in order, and the records the journal holds now: (kind, ref) -> text."""
+        with self._lock:
+            links = [Link(*r) for r in self.db.execute(
+                "SELECT n, kind, ref, record_sha256, link_sha256 FROM chain WHERE run_id=? ORDER BY n", (run_id,))]
+            current: dict[tuple[str, int], str] = {}
+            for kind, sql in (("receipt", "SELECT seq, record FROM receipts WHERE run_id=?"),
+                              ("record", "SELECT n, record FROM records WHERE run_id=?"),
+                              ("model_answer", "SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL")):
+                for ref, text in self.db.execute(sql, (run_id,)):
+                    _record(kind, ref, text)  # one that does not parse is damage, not a mismatch
+                    current[(kind, ref)] = text
+            for kind, sql in (("approval", "SELECT * FROM approvals WHERE run_id=? AND n IS NOT NULL"),
+                              ("control", "SELECT * FROM controls WHERE run_id=? AND linked IS NOT NULL")):
+                cur = self.db.execute(sql, (run_id,))
+                for row in cur.fetchall():
+                    text = _linked_row(cur, row)
+                    current[(kind, row[[d[0] for d in cur.description].index("n")])] = text
+        return links, current
+
+    def link_holds(self, run_id: str, kind: str, ref: int | None) -> bool:
+        """Whether approval request or control ``ref`` (``kind`` ``approval`` or ``control``) is,
+        as it stands now, what its last link says, and that link follows from the one before it.
+        False for a row journaled before such rows were links (it has no link of its own)."""
+        if kind not in ("approval", "control"):
+            raise ValueError(kind)
+        if ref is None:
+            return False
+        with self._lock:
+            text = linked_text(self.db, kind, run_id, ref)
+            last = self.db.execute(  # kind is one of two literals: the partial index answers it
+                f"SELECT n, record_sha256, link_sha256 FROM chain WHERE run_id=? AND kind='{kind}' AND ref=?"
+                " ORDER BY n DESC LIMIT 1", (run_id, ref)).fetchone()
+            if text is None or last is None or record_sha256(text) != last[1]:
+                return False
+            before = self.db.execute("SELECT link_sha256 FROM chain WHERE run_id=? AND n=?",
+                                     (run_id, last[0] - 1)).fetchone()
+        return link_sha256(before[0] if before else "", kind, ref, last[1]) == last[2]
