@@ -378,7 +378,12 @@ class RayConnection:
         if self.address:
             deadline = connect_timeout()
             dialled = _dialled(self.address)
-            problem = _reachable(dialled)
+            try:
+                with _sigterm_interrupts():  # the check waits on the network too: Ctrl-C ends it
+                    problem = _reachable(dialled)
+            except KeyboardInterrupt:
+                self.depth -= 1
+                raise
             if problem is not None:
                 self.depth -= 1
                 raise UsageError(f"cannot reach {self.where()}{self._via(dialled)}: {problem}; start one with"
