@@ -97,45 +97,21 @@ def verify(links: Iterable[Link], current: dict[tuple[str, int], str], *,
     journal holds now (``current``: (kind, ref) -> stored text), the summary's head, and the head
     given as ``expect`` (a link the chain must pass through)."""
     links = list(links)
-    last: dict[tuple[str, int], int] = {}
-    last_reset = -1
-    for link in links:
-        if link.kind == RESET:
-            last_reset = link.n
-        else:
-            last[(link.kind, link.ref)] = link.n
+    last, last_reset = _last_links(links)
     previous = ""
     for link in links:
-        if link.kind != RESET and link.kind not in KINDS:
-            return Verdict(False, len(links), None, f"link {link.n} has an unknown kind '{link.kind[:20]}'")
-        expected = link_sha256(previous, link.kind, link.ref, link.record_sha256)
-        if expected != link.link_sha256:
-            return Verdict(False, len(links), None,
-                           f"link {link.n} ({describe(link.kind, link.ref)}) does not follow from the link before it")
-        checked = (link.kind != RESET and last[(link.kind, link.ref)] == link.n
-                   and not (link.kind == "record" and link.n < last_reset))
-        if checked:
-            text = current.get((link.kind, link.ref))
-            if text is None:
-                return Verdict(False, len(links), None,
-                               f"{describe(link.kind, link.ref)} is missing from the journal (link {link.n})")
-            if record_sha256(text) != link.record_sha256:
-                return Verdict(False, len(links), None,
-                               f"{describe(link.kind, link.ref, parse(text))} does not match its link {link.n}")
+        problem = _link_problem(link, previous, last, last_reset, current, parse)
+        if problem is not None:
+            return Verdict(False, len(links), None, problem)
         previous = link.link_sha256
-    covered = {k for k, n in last.items() if not (k[0] == "record" and n < last_reset)}
-    for key in sorted(set(current) - covered, key=lambda k: (KINDS.index(k[0]), k[1])):
-        return Verdict(False, len(links), None,
-                       f"{describe(key[0], key[1], parse(current[key]))} has no link in the chain")
+    problem = _unlinked_problem(current, last, last_reset, parse)
+    if problem is not None:
+        return Verdict(False, len(links), None, problem)
     head = previous or None
     at = {link.link_sha256: i for i, link in enumerate(links)}
-    if summary_head is not None:
-        i = at.get(summary_head)
-        later = [link for link in links[i + 1:] if link.kind not in AFTER_SUMMARY] if i is not None else []
-        if i is None or later:
-            return Verdict(False, len(links), head,
-                           f"the summary's chain_sha256 {summary_head[:12]}… is not the chain's head"
-                           f" {(head or 'none')[:12]}…")
+    problem = _summary_problem(links, at, summary_head, head)
+    if problem is not None:
+        return Verdict(False, len(links), head, problem)
     if expect is not None:
         if expect not in at:
             return Verdict(False, len(links), head,
@@ -144,6 +120,60 @@ def verify(links: Iterable[Link], current: dict[tuple[str, int], str], *,
                            " or it is another run's")
         return Verdict(True, len(links), head, expected_at=links[at[expect]].n)
     return Verdict(True, len(links), head)
+
+
+def _last_links(links: list[Link]) -> tuple[dict[tuple[str, int], int], int]:
+    """The number of the last link of each record, and of the last reset (-1: none)."""
+    last: dict[tuple[str, int], int] = {}
+    last_reset = -1
+    for link in links:
+        if link.kind == RESET:
+            last_reset = link.n
+        else:
+            last[(link.kind, link.ref)] = link.n
+    return last, last_reset
+
+
+def _link_problem(link: Link, previous: str, last: dict[tuple[str, int], int], last_reset: int,
+                  current: dict[tuple[str, int], str], parse: Callable[[str], dict | None]) -> str | None:
+    """What is wrong with one link: its kind, its digest, or (for the last link of a record
+    not cleared by a later reset) the record the journal holds now."""
+    if link.kind != RESET and link.kind not in KINDS:
+        return f"link {link.n} has an unknown kind '{link.kind[:20]}'"
+    if link_sha256(previous, link.kind, link.ref, link.record_sha256) != link.link_sha256:
+        return f"link {link.n} ({describe(link.kind, link.ref)}) does not follow from the link before it"
+    checked = (link.kind != RESET and last[(link.kind, link.ref)] == link.n
+               and not (link.kind == "record" and link.n < last_reset))
+    if not checked:
+        return None
+    text = current.get((link.kind, link.ref))
+    if text is None:
+        return f"{describe(link.kind, link.ref)} is missing from the journal (link {link.n})"
+    if record_sha256(text) != link.record_sha256:
+        return f"{describe(link.kind, link.ref, parse(text))} does not match its link {link.n}"
+    return None
+
+
+def _unlinked_problem(current: dict[tuple[str, int], str], last: dict[tuple[str, int], int], last_reset: int,
+                      parse: Callable[[str], dict | None]) -> str | None:
+    """The first record the journal holds that no live link covers."""
+    covered = {k for k, n in last.items() if not (k[0] == "record" and n < last_reset)}
+    for key in sorted(set(current) - covered, key=lambda k: (KINDS.index(k[0]), k[1])):
+        return f"{describe(key[0], key[1], parse(current[key]))} has no link in the chain"
+    return None
+
+
+def _summary_problem(links: list[Link], at: dict[str, int], summary_head: str | None,
+                     head: str | None) -> str | None:
+    """The summary's head must be a link followed only by links made while the run was paused."""
+    if summary_head is None:
+        return None
+    i = at.get(summary_head)
+    later = [link for link in links[i + 1:] if link.kind not in AFTER_SUMMARY] if i is not None else []
+    if i is None or later:
+        return (f"the summary's chain_sha256 {summary_head[:12]}… is not the chain's head"
+                f" {(head or 'none')[:12]}…")
+    return None
 
 
 def verify_run(store: Any, run: dict, expect: str | None = None) -> Verdict | None:

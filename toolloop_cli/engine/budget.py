@@ -20,11 +20,14 @@ does not end anything itself: it only says what has been spent.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import trio
 
 from ..router.views import Budgets, Usage
+
+if TYPE_CHECKING:
+    from ..plan.routed import Budget
 
 #: the parts of a run its spend is reported by (the summary's ``loop.by_part``)
 PARTS = ("router", "final", "judge", "children")
@@ -34,7 +37,7 @@ class BudgetLedger:
     """One run's spend against its ``budget`` (a ``plan.routed.Budget``); ``parent`` is the ledger
     of the run whose ``plan:`` tool started this one, which this one's spend counts toward too."""
 
-    def __init__(self, budget: Any, *, parent: BudgetLedger | None = None, seconds_used: float = 0.0,
+    def __init__(self, budget: Budget, *, parent: BudgetLedger | None = None, seconds_used: float = 0.0,
                  clock: Callable[[], float] = trio.current_time):
         self.budget = budget
         self.parent = parent
@@ -183,7 +186,7 @@ class BudgetLedger:
             return "the parent run's budget is spent (its children's tokens and cost count toward it)"
         return "the run's budget is spent"
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         """The spend part of the summary's ``loop``."""
         return {
             "iterations": self.iterations, "tool_calls": self.tool_calls,

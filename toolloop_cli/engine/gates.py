@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class Go:
     args: Any
-    approval: dict | None = None  # a gated call's answer, for its receipt
+    approval: dict[str, Any] | None = None  # a gated call's answer, for its receipt
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +44,7 @@ class Refuse:
     status: str
     message: str
     args: Any  # the arguments the receipt shows
-    approval: dict | None = None
+    approval: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +150,7 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
     return Go(value, _answered("approved", by, value))
 
 
-def _answered(decision: str, by: str, args: Any) -> dict:
+def _answered(decision: str, by: str, args: Any) -> dict[str, Any]:
     """A gated call's ``approval`` as its receipt shows it (SPEC: decision, by, at, args_sha256)."""
     return {"decision": decision, "by": by, "at": rfc3339(time.time()), "args_sha256": sha256_of(args)}
 

@@ -17,7 +17,10 @@ import trio
 from .controls import control_holds
 
 if TYPE_CHECKING:
+    from ..contract.problems import Problem
     from ..receipts import Receipt
+    from ..store import Store
+    from ..store.journal import JournalWriter
     from .context import RunContext
     from .runstate import HaltPolicy, RunState
     from .settle import Settlement
@@ -28,11 +31,11 @@ class RunHandle:
     call path take it); ``settlement`` and ``state`` are handed whole only to ``run_lanes``, which
     in-process callers also use without a session."""
 
-    def __init__(self, *, ctx: RunContext, settlement: Settlement, state: RunState, store: Any, journal: Any,
+    def __init__(self, *, ctx: RunContext, settlement: Settlement, state: RunState, store: Store,
+                 journal: JournalWriter, committed: Callable[[], Awaitable[None]],
                  halt: HaltPolicy | None = None, warn: Callable[[str], None] | None = None,
-                 on_rejected: Callable[[list], None] | None = None,
-                 on_model_answer: Callable[..., None] | None = None, providers: dict[str, Any] | None = None,
-                 committed: Callable[[], Awaitable[None]] | None = None):
+                 on_rejected: Callable[[list[Problem]], None] | None = None,
+                 on_model_answer: Callable[..., None] | None = None, providers: dict[str, Any] | None = None):
         self.ctx = ctx
         self.settlement = settlement
         self.state = state
@@ -63,7 +66,7 @@ class RunHandle:
         """``seq`` gets no receipt in this session: emission moves past it."""
         self.settlement.skip(seq)
 
-    def record(self, rec: dict) -> None:
+    def record(self, rec: dict[str, Any]) -> None:
         """A record other than a receipt (decision, supervisor, guardrail): committed and emitted now."""
         self.settlement.record(rec)
 
@@ -72,7 +75,7 @@ class RunHandle:
         self.settlement.observers.append(observer)
         self.settlement.record_observers.append(observer)
 
-    async def model_answer(self, rec: dict) -> None:
+    async def model_answer(self, rec: dict[str, Any]) -> None:
         """Journal a model's answer (already scrubbed of every secret) on the journal thread, and
         return once it is committed: the loop acts on an answer only when a resume would find it."""
         self._journal.write(self._store.put_model_answer, rec)

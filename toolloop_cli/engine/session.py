@@ -18,11 +18,12 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Awaitable, Callable, Iterator, Protocol
+from typing import Any, Awaitable, Callable, Iterator, Protocol, TypeVar
 
 import trio
 
 from ..contract.compiled import Contract
+from ..contract.problems import Problem
 from ..errors import RunError, StateError
 from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
 from ..store import JournalWriter
@@ -34,7 +35,7 @@ from .runstate import HaltPolicy, RunState
 from .settle import Settlement
 from .telemetry import open_telemetry
 
-Emit = Callable[[dict], None]
+Emit = Callable[[dict[str, Any]], None]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: how often a wait for the journal looks again (in the run's clock)
 _RECHECK_S = 0.001
@@ -67,14 +68,14 @@ class RunOptions:
     # than with its options; None on resume keeps the run's own
     labels: dict[str, str] | None = None
 
-    audit: Callable[[dict], None] | None = None
+    audit: Callable[[dict[str, Any]], None] | None = None
     ask: Any = None  # with approve=ask: a person at a terminal (cli/prompt.py); None pauses the run
     on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
     # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
     # once per batch rather than once per record)
     flush_output: Callable[[], None] | None = None
     # findings of a lane refused by ``run --stream`` (its calls get invalid_input receipts)
-    on_rejected: Callable[[list], None] | None = None
+    on_rejected: Callable[[list[Problem]], None] | None = None
     # SIGINT/SIGTERM handling (main thread only): the first signal cancels the run, a second forces
     # an exit with code 130. ``on_signal`` gets a one-line notice for a person; it may be called
     # from a signal handler, so it must not take locks (write with os.write).
@@ -88,14 +89,14 @@ class RunOptions:
     # child runs) that names it, instead of one made from the profile; the caller closes them
     providers: dict[str, Any] | None = None
 
-    def journal_form(self) -> dict:
+    def journal_form(self) -> dict[str, Any]:
         """The journaled fields as the run's ``options`` hold them (the halt policy as a mapping)."""
         form = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("journaled")}
         form["halt"] = self.halt.journal_form() if self.halt else None
         return form
 
     @classmethod
-    def from_journal(cls, journaled: dict | None, **hooks: Any) -> RunOptions:
+    def from_journal(cls, journaled: dict[str, Any] | None, **hooks: Any) -> RunOptions:
         """The options a journaled run was started with (its ``options``; keys it does not know, and
         the plan's own, are left aside; one it lacks, journaled by an older toolloop, takes its
         default), with ``hooks`` set."""
@@ -114,7 +115,7 @@ class RunnerEnd:
 
     stopped: bool = False
     status: str | None = None
-    summary: dict = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
 
 
 class Runner(Protocol):
@@ -231,16 +232,20 @@ class _Signals:
                 self.state.interrupt()
 
 
-def _first(group: BaseExceptionGroup) -> BaseException:
-    exc: BaseException = group
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _first(group: BaseExceptionGroup[_E]) -> _E:
+    """The first exception the group holds, however deeply nested."""
+    first = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
 
 
 @dataclass
 class RunResult:
-    summary: dict
+    summary: dict[str, Any]
     state: RunState = field(repr=False)
 
     @property
@@ -258,7 +263,7 @@ class RunSession:
         self.parent = parent  # (parent run id, parent receipt id) of a child run
         #: what a child run's journal entry holds of its parent and context (``child_plans.py``),
         #: so that its parent's resume, and a resume of its own, find and rebuild it
-        self.child_options: dict | None = None
+        self.child_options: dict[str, Any] | None = None
         self.depth = depth  # 0 for a top plan, 1 for its children, ...
         self.emit = emit
         self.options = options
@@ -290,7 +295,7 @@ class RunSession:
     def run_id(self) -> str:
         return self.ctx.config.run_id
 
-    def _audit(self, event: dict) -> None:
+    def _audit(self, event: dict[str, Any]) -> None:
         # an audit file that cannot be written stops the run (resumable), like standard output
         if self.audit_error is not None:
             return
@@ -324,7 +329,7 @@ class RunSession:
         if journal.commit_error is not None:
             raise journal.commit_error
 
-    def _before_start(self, info: tuple) -> None:
+    def _before_start(self, info: tuple[Any, ...]) -> None:
         # the start of an at-most-once write is committed before its callable runs
         seq, tool, _sha = info
         if tool.at_most_once:
@@ -393,7 +398,7 @@ class RunSession:
 
     def handle(self) -> RunHandle:
         """What the runner may do to this run (``handle.py``); the settlement and the journal are open."""
-        assert self.settlement is not None
+        assert self.settlement is not None and self.journal is not None
         return RunHandle(ctx=self.ctx, settlement=self.settlement, state=self.state, store=self.store,
                          journal=self.journal, halt=self.options.halt, warn=self.options.on_warning,
                          on_rejected=self.options.on_rejected,
@@ -413,7 +418,7 @@ class RunSession:
         self.ctx.config.labels = dict(labels)
         self.store.describe_run(self.run_id, self.ctx.config.labels, contract_snapshot(self.ctx.contract))
 
-    def _end_telemetry(self, summary: dict) -> None:
+    def _end_telemetry(self, summary: dict[str, Any]) -> None:
         telemetry, self.telemetry = self.telemetry, None
         if telemetry is not None:
             telemetry.close(summary)
@@ -495,16 +500,16 @@ class _ChildJournal:
     def __init__(self, parent: "JournalWriter | _ChildJournal"):
         self.parent: JournalWriter = parent.parent if isinstance(parent, _ChildJournal) else parent
 
-    def commit(self, record: dict) -> None:
+    def commit(self, record: dict[str, Any]) -> None:
         self.parent.commit(record)
 
-    def emit(self, record: dict) -> None:
+    def emit(self, record: dict[str, Any]) -> None:
         return None
 
-    def __call__(self, record: dict) -> None:
+    def __call__(self, record: dict[str, Any]) -> None:
         self.parent.commit(record)
 
-    def record(self, record: dict, receipts_before: int) -> None:
+    def record(self, record: dict[str, Any], receipts_before: int) -> None:
         self.parent.record(record, receipts_before, emit=False)
 
     def sync(self) -> None:

@@ -67,7 +67,7 @@ class Settlement:
     """
 
     def __init__(self, sink: Sink | None = None, *, journal: Any = None, children: Children | None = None,
-                 on_emit: Sink | None = None, record_sink: Callable[[dict], None] | None = None,
+                 on_emit: Sink | None = None, record_sink: Callable[[dict[str, Any]], None] | None = None,
                  counts: dict[str, int] | None = None, completion_order: bool = False, secrets: Any = None):
         self.counts = counts if counts is not None else {s: 0 for s in STATUSES}
         self.children = children if children is not None else Children()
@@ -75,12 +75,12 @@ class Settlement:
         #: see each receipt this session commits, once (the calls it settles, the receipts resume
         #: itself settles, dispatched calls) and each other record (telemetry)
         self.observers: list[Sink] = []
-        self.record_observers: list[Callable[[dict], None]] = []
+        self.record_observers: list[Callable[[dict[str, Any]], None]] = []
         self._sink = sink
         self._record_sink = record_sink
         self._journal = journal
         self._on_emit = on_emit
-        self._committed: dict[int, dict] = {}  # seq -> record committed, not yet emitted
+        self._committed: dict[int, dict[str, Any]] = {}  # seq -> record committed, not yet emitted
         self._journaled: frozenset[int] = frozenset()  # kept receipts the journal holds as they are
         self._order: list[int] | None = None
         self._pending: dict[int, Receipt | None] = {}
@@ -89,11 +89,11 @@ class Settlement:
         self.completion_order = completion_order
         self.handed = 0  # receipts handed on for output, dispatched ones included
         self._waiters: list[tuple[int, trio.Event]] = []
-        self._fresh: tuple[int, dict] | None = None  # a receipt emitted as it settles: committed with its emission
+        self._fresh: tuple[int, dict[str, Any]] | None = None  # a receipt emitted as it settles: committed with its emission
         #: the run's ``RunSecrets``: scrubbed from every record before it is journaled
         self.secrets = secrets
 
-    def _record_of(self, receipt: Receipt) -> dict:
+    def _record_of(self, receipt: Receipt) -> dict[str, Any]:
         rec = receipt.as_record()
         return scrub_record(rec, self.secrets) if self.secrets else rec
 
@@ -133,7 +133,7 @@ class Settlement:
         """``seq`` will have no receipt in this session (its lane paused): emission moves past it."""
         self._place(seq, None)
 
-    def record(self, rec: dict) -> None:
+    def record(self, rec: dict[str, Any]) -> None:
         """Any other record (a decision, a supervisor or guardrail record): committed and emitted
         now, after the receipts handed on so far."""
         if self.secrets:

@@ -38,12 +38,12 @@ def provider_kind(name: str) -> ProviderKind:
     return kind
 
 
-def check_profile(profile: Profile, at: tuple, admission: ProfileAdmission) -> Profile | None:
+def check_profile(profile: Profile, at: tuple[Any, ...], admission: ProfileAdmission) -> Profile | None:
     """The checks of the provider a profile names (the name itself is checked by the caller)."""
     return provider_kind(profile.provider).check(profile, at, admission)
 
 
-def make_provider(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike | None = None,
+def make_provider(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike[str] | None = None,
                   replay_answers: Any = None, given: Mapping[str, Provider] | None = None) -> Provider:
     """The provider a profile names: an instance ``given`` under that name, else one made by its
     module. ``env`` is where API keys are read (at request time); ``plan_dir`` resolves a
@@ -55,7 +55,7 @@ def make_provider(profile: Profile, *, env: Mapping[str, str], plan_dir: str | o
 
 
 def make_providers(profiles: Mapping[str, Profile], *, env: Mapping[str, str],
-                   plan_dir: str | os.PathLike | None = None, replay_answers: Any = None,
+                   plan_dir: str | os.PathLike[str] | None = None, replay_answers: Any = None,
                    given: Mapping[str, Provider] | None = None) -> dict[str, Provider]:
     """One provider per named profile (router, final, judge). Replay profiles that name the
     same fixture share one cursor over it, so one fixture serves every profile in recorded order."""

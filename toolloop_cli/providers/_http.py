@@ -7,10 +7,13 @@ engine's runner owns retries and the loop's deadline, and it runs under trio thr
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .._text import escape, excerpt
 from .base import ModelRequest, Profile, ProviderError, parse_retry_after
+
+if TYPE_CHECKING:  # imported when a request is made, not when the CLI starts
+    import httpx
 
 MESSAGE_CHARS = 160
 
@@ -71,7 +74,7 @@ class HttpProvider:
             client, self._client = self._client, None
             await client.aclose()
 
-    async def _post(self, path: str, headers: dict[str, str], body: dict, timeout_s: float, secret: str | None) -> dict:
+    async def _post(self, path: str, headers: dict[str, str], body: dict[str, Any], timeout_s: float, secret: str | None) -> dict[str, Any]:
         import httpx
         import orjson
 
@@ -134,7 +137,7 @@ def _refused(exc: BaseException) -> bool:
     return False
 
 
-def _body_json(resp: Any) -> Any:
+def _body_json(resp: httpx.Response) -> Any:
     """The reply body as JSON, or ``None``. JSON is UTF-8; a body in another charset is read
     only when its declared charset really decodes it. Nesting past orjson's limit is not JSON
     here (a model reply has no use for it), and nothing raises."""
@@ -154,7 +157,7 @@ def _body_json(resp: Any) -> Any:
         return None
 
 
-def _charset(resp: Any) -> str | None:
+def _charset(resp: httpx.Response) -> str | None:
     ctype = resp.headers.get("content-type") or ""
     for part in ctype.split(";")[1:]:
         name, _, value = part.partition("=")
@@ -163,7 +166,7 @@ def _charset(resp: Any) -> str | None:
     return None
 
 
-def _body_text(resp: Any) -> str:
+def _body_text(resp: httpx.Response) -> str:
     """The start of the body for a message: its declared charset when that decodes it, else
     UTF-8 with what does not decode replaced; never raises."""
     raw = resp.content[:4 * MESSAGE_CHARS]
@@ -176,22 +179,22 @@ def _body_text(resp: Any) -> str:
     return raw.decode("utf-8", errors="replace").strip()
 
 
-def _error_text(resp: Any) -> str:
+def _error_text(resp: httpx.Response) -> str:
     """The error message a JSON error body carries (OpenAI and Anthropic put it at
     ``error.message``), else the start of the body."""
     data = _body_json(resp)
     if isinstance(data, dict):
         err = data.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return err["message"]
-        if isinstance(err, str):
-            return err
-        if isinstance(data.get("message"), str):
-            return data["message"]
+        message = err.get("message") if isinstance(err, dict) else err
+        if isinstance(message, str):
+            return message
+        message = data.get("message")
+        if isinstance(message, str):
+            return message
     return _body_text(resp)
 
 
-def read_usage(data: dict, where: str, inputs: tuple[str, ...], output: str) -> tuple[int, int, bool]:
+def read_usage(data: dict[str, Any], where: str, inputs: tuple[str, ...], output: str) -> tuple[int, int, bool]:
     """``(input tokens, output tokens, reported)`` from a reply's ``usage``: the first of
     ``inputs`` and ``output`` are the counters every reply should carry, the other ``inputs``
     (cached prompt tokens) are added when present. A reply without them counts 0 and says it

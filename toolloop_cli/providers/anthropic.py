@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from .._text import excerpt
 from .base import CUT, ModelReply, ModelRequest, Profile, ProviderError, ProviderKind, check_needs_model
@@ -21,7 +21,7 @@ class AnthropicProvider(HttpProvider):
         if request.max_tokens is None:
             raise ProviderError("client", "the Messages API needs max_tokens: set max_output_tokens on the profile")
         system = "\n\n".join(m["content"] for m in request.messages if m["role"] == "system")
-        turns: list[dict] = []
+        turns: list[dict[str, Any]] = []
         for m in request.messages:
             if m["role"] == "system":
                 continue
@@ -29,7 +29,7 @@ class AnthropicProvider(HttpProvider):
                 turns[-1]["content"] += "\n\n" + m["content"]
             else:
                 turns.append({"role": m["role"], "content": m["content"]})
-        body: dict = {"model": model, "max_tokens": request.max_tokens, "messages": turns}
+        body: dict[str, Any] = {"model": model, "max_tokens": request.max_tokens, "messages": turns}
         if system:
             body["system"] = system
         if request.temperature is not None:
@@ -43,14 +43,14 @@ class AnthropicProvider(HttpProvider):
         if not isinstance(content, list):
             raise ProviderError("bad_reply", f"the server {where} replied without a content list")
         cut = data.get("stop_reason") == "max_tokens"  # the text ends where the limit fell
-        parts = [b.get("text") for b in content if isinstance(b, dict) and b.get("type") == "text"
+        parts = [b["text"] for b in content if isinstance(b, dict) and b.get("type") == "text"
                  and isinstance(b.get("text"), str)]
         if not parts:
             why = CUT if cut else f"stop_reason: {excerpt(data.get('stop_reason'), 40)}"
             raise ProviderError("bad_reply", f"the server {where} replied with no text block ({why})")
         input_tokens, output_tokens, reported = read_usage(
             data, where, ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"), "output_tokens")
-        reply_model = data.get("model") if isinstance(data.get("model"), str) else model
+        reply_model = data["model"] if isinstance(data.get("model"), str) else model
         return ModelReply("".join(parts), input_tokens, output_tokens, reply_model, usage_reported=reported, cut=cut)
 
 

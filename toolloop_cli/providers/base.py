@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from .._canonical import sha256_of
 
@@ -148,13 +148,13 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> float |
 class ProfileAdmission(Protocol):
     """What a provider's profile check may use of the admission that calls it."""
 
-    def add(self, code: str, message: str, path: tuple = (), hint: str = "", at_key: bool = False) -> None:
+    def add(self, code: str, message: str, path: tuple[Any, ...] = (), hint: str = "", at_key: bool = False) -> None:
         """A finding at ``path`` inside the plan."""
 
     def resolve(self, relative: str) -> str:
         """A path the plan names, relative to the plan's folder."""
 
-    def fixture(self, path: str, given: str, at: tuple) -> bool:
+    def fixture(self, path: str, given: str, at: tuple[Any, ...]) -> bool:
         """Read a fixture of recorded answers now (kept for the run); False after a finding."""
 
 
@@ -169,10 +169,10 @@ class ProviderKind:
     with paths resolved), or None after reporting what is wrong through ``admission``."""
 
     make: Callable[..., Provider]
-    check: Callable[[Profile, tuple, ProfileAdmission], Profile | None]
+    check: Callable[[Profile, tuple[Any, ...], ProfileAdmission], Profile | None]
 
 
-def check_needs_model(profile: Profile, at: tuple, admission: ProfileAdmission) -> Profile | None:
+def check_needs_model(profile: Profile, at: tuple[Any, ...], admission: ProfileAdmission) -> Profile | None:
     """The profile check of a provider that asks a named model: ``model`` set, no ``fixture``."""
     from .._text import quoted
 
@@ -190,7 +190,7 @@ def check_needs_model(profile: Profile, at: tuple, admission: ProfileAdmission) 
     return profile if ok else None
 
 
-def resolved(fixture: str, plan_dir: str | os.PathLike | None) -> str:
+def resolved(fixture: str, plan_dir: str | os.PathLike[str] | None) -> str:
     """A fixture path the plan names, resolved against the plan's folder."""
     if plan_dir is None or os.path.isabs(fixture):
         return fixture

@@ -3,7 +3,7 @@ llama.cpp, Ollama, LM Studio)."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 from .._text import excerpt
 from .base import CUT, ModelReply, ModelRequest, Profile, ProviderError, ProviderKind, check_needs_model
@@ -17,7 +17,7 @@ class OpenAIProvider(HttpProvider):
     async def complete(self, request: ModelRequest, timeout_s: float) -> ModelReply:
         key = self._key()
         model = request_model(request, self._profile)
-        body: dict = {"model": model, "messages": [{"role": m["role"], "content": m["content"]} for m in request.messages],
+        body: dict[str, Any] = {"model": model, "messages": [{"role": m["role"], "content": m["content"]} for m in request.messages],
                       "stream": False}
         if request.temperature is not None:
             body["temperature"] = request.temperature
@@ -40,14 +40,14 @@ class OpenAIProvider(HttpProvider):
             why = CUT if cut else f"finish_reason: {excerpt(reason, 40)}"
             raise ProviderError("bad_reply", f"the server {where} replied with no text ({why})")
         input_tokens, output_tokens, reported = read_usage(data, where, ("prompt_tokens",), "completion_tokens")
-        reply_model = data.get("model") if isinstance(data.get("model"), str) else model
+        reply_model = data["model"] if isinstance(data.get("model"), str) else model
         return ModelReply(text, input_tokens, output_tokens, reply_model, usage_reported=reported, cut=cut)
 
 def _text(content: object) -> str | None:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts, as some compatible servers send
-        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        parts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
         return "".join(parts) if parts else None
     return None
 

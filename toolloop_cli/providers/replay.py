@@ -42,7 +42,7 @@ class FixtureError(Exception):
         super().__init__(f"{path}:{line}: {message}" if line else f"{path}: {message}")
 
 
-def answer_from_record(record: dict) -> RecordedAnswer:
+def answer_from_record(record: dict[str, Any]) -> RecordedAnswer:
     """A ``model_answer`` record checked field by field; ``ValueError`` says what is wrong."""
     def need(key: str, kind: type | tuple[type, ...], *, optional: bool = False) -> object:
         value = record.get(key)
@@ -64,7 +64,7 @@ def answer_from_record(record: dict) -> RecordedAnswer:
                           record.get("truncated") is True)
 
 
-def read_fixture(path: str | os.PathLike) -> tuple[RecordedAnswer, ...]:
+def read_fixture(path: str | os.PathLike[str]) -> tuple[RecordedAnswer, ...]:
     """The answers of a fixture file, in file order; ``FixtureError`` names the line at fault."""
     import orjson
 
@@ -108,7 +108,7 @@ class ReplayAnswers:
         self.position = 0
 
     @classmethod
-    def from_fixture(cls, path: str | os.PathLike) -> ReplayAnswers:
+    def from_fixture(cls, path: str | os.PathLike[str]) -> ReplayAnswers:
         return cls(read_fixture(path), os.fspath(path))
 
     def take(self, role: str | None) -> RecordedAnswer:
@@ -142,7 +142,7 @@ class ReplayProvider:
         return None
 
 
-def _make(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike | None = None,
+def _make(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike[str] | None = None,
           replay_answers: Any = None) -> ReplayProvider:
     if replay_answers is None:
         if profile.fixture is None:
@@ -151,7 +151,7 @@ def _make(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLi
     return ReplayProvider(replay_answers)
 
 
-def _check(profile: Profile, at: tuple, admission: ProfileAdmission) -> Profile | None:
+def _check(profile: Profile, at: tuple[Any, ...], admission: ProfileAdmission) -> Profile | None:
     """A replay profile names a fixture that is read now (its path resolved against the plan's
     folder); it asks no model, so ``model`` is optional."""
     if profile.fixture is None:

@@ -47,8 +47,8 @@ class _Duplicate(ValueError):
     pass
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    out: dict = {}
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
             raise _Duplicate(key)
@@ -95,7 +95,7 @@ def _nesting(body: str, limit: int) -> int:
     return deepest
 
 
-def one_object(text: str, what: str) -> dict | str:
+def one_object(text: str, what: str) -> dict[str, Any] | str:
     """The single JSON object a reply holds (a Markdown code fence around it is accepted), or
     why there is none, written for the model to act on. ``what`` names the expected object.
 
@@ -126,6 +126,7 @@ def one_object(text: str, what: str) -> dict | str:
         return (f"the JSON object nests deeper than {MAX_REPLY_DEPTH} levels; "
                 f"reply with one flatter JSON object ({what})")
     decoder = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    value: dict[str, Any]  # the body starts with "{": what decodes is an object
     try:
         value, end = decoder.raw_decode(body)
     except _Duplicate as exc:

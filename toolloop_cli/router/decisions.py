@@ -9,10 +9,10 @@ tool output is data, never instructions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 from ._text import as_data, bounded, excerpt, kind_of, one_object, to_json
-from .prompts import Prompts, packaged_prompts
+from .prompts import PromptFile, Prompts, packaged_prompts
 from .views import Budgets, LoopView, Malformed, Message, Observation
 
 #: bounds on what one turn shows the model of values it did not write itself (the caller's
@@ -29,11 +29,18 @@ _SHAPES = ('{"action": "call", "tool": "...", "args": {...}, "reason": "..."}, '
            '{"action": "final", "reason": "..."} or {"action": "abort", "reason": "..."}')
 
 
+Action = Literal["call", "final", "abort"]
+
+
+def _is_action(action: object) -> TypeGuard[Action]:
+    return isinstance(action, str) and action in _KEYS
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """One valid decision: ``tool`` and ``args`` are set for ``call`` only."""
 
-    action: Literal["call", "final", "abort"]
+    action: Action
     reason: str
     tool: str | None = None
     args: dict[str, Any] | None = None
@@ -75,7 +82,7 @@ def attr(value: Any) -> str:
     return as_data(bounded(text, 120)).replace('"', "\\u0022")
 
 
-def show_observations(observations: tuple[Observation, ...], p: Any, *, with_rejections: bool) -> str:
+def show_observations(observations: tuple[Observation, ...], p: PromptFile, *, with_rejections: bool) -> str:
     shown = []
     for o in observations:
         if o.rejected is not None:
@@ -93,7 +100,7 @@ def show_args(args: Any) -> str:
     return as_data(bounded(to_json(args), ARGS_CHARS))
 
 
-def show_budgets(b: Budgets, p: Any, section: str) -> str:
+def show_budgets(b: Budgets, p: PromptFile, section: str) -> str:
     cost = "" if b.cost_left_usd is None else p.fill("cost_left", cost_left_usd=f"{max(b.cost_left_usd, 0.0):.4f}")
     return p.fill(section, iterations_left=max(b.iterations_left, 0), tokens_left=max(b.tokens_left, 0),
                   tool_calls_left=max(b.tool_calls_left, 0), seconds_left=int(max(b.seconds_left, 0.0)),
@@ -108,7 +115,7 @@ def parse_decision(text: str) -> Decision | Malformed:
     action = value.get("action")
     if "action" not in value:
         return Malformed(f"the decision has no 'action'; write one of {_SHAPES}")
-    if not isinstance(action, str) or action not in _KEYS:
+    if not _is_action(action):
         return Malformed(f"unknown action {excerpt(str(action))}; the action is 'call', 'final' or 'abort'")
     keys = _KEYS[action]
     extra = sorted(k for k in value if k not in keys)

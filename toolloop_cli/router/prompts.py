@@ -146,7 +146,7 @@ def packaged_prompts() -> Prompts:
     return read_prompts(judge=True)
 
 
-def read_app_file(path: str | os.PathLike, what: str) -> str:
+def read_app_file(path: str | os.PathLike[str], what: str) -> str:
     """The text of a file the plan names (``what``: "instructions", "judge prompt"); missing,
     unreadable or empty raises ``PromptError`` naming the file."""
     name = os.fspath(path)

@@ -45,12 +45,12 @@ class Executor:
     #: call path gives it back when the attempt ends
     holds_slot: bool = False
 
-    async def prepare(self, tool: ToolSpec, args: dict) -> Any:
+    async def prepare(self, tool: ToolSpec, args: dict[str, Any]) -> Any:
         """What the call needs before its deadline starts (a worker process, a task started on a
         cluster); may raise OSError."""
         return None
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
+    async def run(self, tool: ToolSpec, args: dict[str, Any], prepared: Any, slot: Any) -> Any:
         """``fn(**args)`` where this executor runs it: its value, or its failure raised."""
         raise NotImplementedError
 
@@ -149,9 +149,9 @@ class Executors:
         if module is None:
             raise RuntimeError(f"no executor of kind {kind!r} in this run (plan tools run inside a run that installed"
                                " its child plans: engine/child_plans.py)")
-        ex = importlib.import_module(module, __name__).make(self)
-        self._shared[kind] = ex
-        return ex
+        made: Executor = importlib.import_module(module, __name__).make(self)
+        self._shared[kind] = made
+        return made
 
     @contextmanager
     def connected(self) -> Iterator[Executors]:

@@ -57,7 +57,7 @@ def asyncio_loop() -> Any:
     return _asyncio.loop
 
 
-async def _captured(fn: Any, args: dict) -> tuple[bool, Any]:
+async def _captured(fn: Any, args: dict[str, Any]) -> tuple[bool, Any]:
     # the task itself never fails, so asyncio never logs an unretrieved exception (which would
     # print a traceback that may quote an argument), and a SystemExit or KeyboardInterrupt never
     # reaches the loop (asyncio would stop it); only the task's cancellation goes through
@@ -73,7 +73,7 @@ async def _captured(fn: Any, args: dict) -> tuple[bool, Any]:
     return False, failure
 
 
-async def run_on_asyncio(fn: Any, args: dict) -> Any:
+async def run_on_asyncio(fn: Any, args: dict[str, Any]) -> Any:
     """Await ``fn(**args)`` on the asyncio loop thread; cancellation cancels the asyncio task.
     The task runs in a copy of the caller's context (call_soon_threadsafe copies it)."""
     import asyncio
@@ -111,7 +111,7 @@ class AsyncioExecutor(Executor):
 
     name = "asyncio"
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
+    async def run(self, tool: ToolSpec, args: dict[str, Any], prepared: Any, slot: Any) -> Any:
         return await run_on_asyncio(tool.fn, args)
 
 

@@ -31,8 +31,8 @@ class McpSessions:
     """The servers of one run, by server key."""
 
     def __init__(self) -> None:
-        self._servers: dict[tuple, Server] = {}
-        self._locks: dict[tuple, trio.Lock] = {}
+        self._servers: dict[tuple[Any, ...], Server] = {}
+        self._locks: dict[tuple[Any, ...], trio.Lock] = {}
 
     def adopt(self, decls: list[Any]) -> None:
         """Take the servers admission left running for these declarations."""
@@ -49,7 +49,7 @@ class McpSessions:
                 self._servers[key] = await mcp_servers.start(decl)
         return self._servers[key]
 
-    async def call(self, tool: ToolSpec, args: dict, server: Server) -> Any:
+    async def call(self, tool: ToolSpec, args: dict[str, Any], server: Server) -> Any:
         """The tool's result: its structured content when the server gives one, else its
         content items as JSON. Raises McpError for a result flagged ``isError``."""
         hidden = secrets([tool.mcp])
@@ -93,7 +93,7 @@ async def open_mcp_sessions(decls: list[Any] | None = None) -> AsyncIterator[Mcp
         await sessions.aclose()
 
 
-async def _call_tool(server: Server, name: str, args: dict, timeout_s: float | None, meta: Any) -> Any:
+async def _call_tool(server: Server, name: str, args: dict[str, Any], timeout_s: float | None, meta: Any) -> Any:
     """``tools/call`` on the server's session (on the MCP host loop)."""
     return await server.session.call_tool(name, args, read_timeout_seconds=timeout_s, meta=meta)
 
@@ -117,14 +117,14 @@ class McpExecutor(Executor):
     def __init__(self, sessions: McpSessions):
         self.sessions = sessions
 
-    async def prepare(self, tool: ToolSpec, args: dict) -> Server | ServerError:
+    async def prepare(self, tool: ToolSpec, args: dict[str, Any]) -> Server | ServerError:
         """The tool's server, started if need be: before the call's deadline runs."""
         try:
             return await self.sessions.server(tool.mcp)
         except ServerError as exc:  # the call's receipt says it
             return exc
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: Server | ServerError, slot: Any) -> Any:
+    async def run(self, tool: ToolSpec, args: dict[str, Any], prepared: Server | ServerError, slot: Any) -> Any:
         if isinstance(prepared, ServerError):
             how = "reached" if tool.mcp.url is not None else "started"
             raise McpError(f"MCP server {quoted(server_name(tool.mcp))} could not be {how}: {prepared}") from None

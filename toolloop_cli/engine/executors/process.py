@@ -26,7 +26,7 @@ class ProcessExecutor(Executor):
         executor starts them inside one, ``sandbox.py``)."""
         return None
 
-    async def prepare(self, tool: ToolSpec, args: dict) -> Any:
+    async def prepare(self, tool: ToolSpec, args: dict[str, Any]) -> Any:
         # taken (or started) and the module imported before the deadline runs: the timeout is
         # the call's, not the start's or the import's (bounded by procpool.IMPORT_LIMIT_S)
         from ..procpool import current_pool
@@ -35,7 +35,7 @@ class ProcessExecutor(Executor):
         worker, failure = await pool.ready(self.app_root, tool.ref, self.launcher(tool))
         return pool, worker, failure
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
+    async def run(self, tool: ToolSpec, args: dict[str, Any], prepared: Any, slot: Any) -> Any:
         pool, worker, failure = prepared
         if failure is not None:  # the import failed: the call's failure, reported inside its deadline
             raise failure

@@ -29,6 +29,7 @@ this machine's own address) is checked, so a cluster that is not there is a quic
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -37,7 +38,7 @@ import socket
 import sys
 import threading
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import trio
 
@@ -72,7 +73,7 @@ def import_ray() -> Any:
 # Pickled by value (see RayConnection): these use the standard library only.
 
 
-def _reply(value: Any, cap: int) -> tuple:
+def _reply(value: Any, cap: int) -> tuple[Any, ...]:
     """``("ok", value)``, or ``("too_large", size)`` when the value's strings alone pass the output
     cap (the same lower bound the head uses), so a huge result never crosses the cluster."""
     size = None
@@ -89,7 +90,7 @@ def _reply(value: Any, cap: int) -> tuple:
     return ("ok", value) if size is None else ("too_large", size)
 
 
-def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict | None) -> Any:
+def toolloop_call(ref: str, args: dict[str, Any], is_async: bool, cap: int, identity: dict[str, Any] | None) -> Any:
     """One call in a Ray worker: import the callable, report the start (the process id), call it,
     report the reply. Never raises for the App's failures. ``current_call()`` gives ``identity``
     where the worker can import toolloop (an App that uses it has it installed)."""
@@ -105,14 +106,15 @@ def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict
         yield os.getpid()
         yield ("error", type(exc).__name__, f"cannot import '{ref}' in the Ray worker: {exc}")
         return
-    token = current = None
+    token: contextvars.Token[Any] | None = None
+    reset: Callable[[contextvars.Token[Any]], None] | None = None
     if identity is not None:
         try:  # a worker without toolloop (or another version of it) runs the call all the same
             from toolloop_cli.engine import identity as current
 
-            token = current.set_current(current.CallIdentity(**identity))
+            token, reset = current.set_current(current.CallIdentity(**identity)), current.reset_current
         except Exception:  # noqa: BLE001
-            token = current = None
+            token = reset = None
     yield os.getpid()
     try:
         value = fn(**args)
@@ -128,15 +130,15 @@ def toolloop_call(ref: str, args: dict, is_async: bool, cap: int, identity: dict
         yield ("error", type(exc).__name__, message or type(exc).__name__)
         return
     finally:
-        if token is not None:
+        if token is not None and reset is not None:
             try:
-                current.reset_current(token)
+                reset(token)
             except ValueError:  # resumed in another context: nothing of ours to restore there
                 pass
     yield _reply(value, cap)
 
 
-def toolloop_call_isolated(ref: str, args: dict, is_async: bool, cap: int, identity: dict | None) -> Any:
+def toolloop_call_isolated(ref: str, args: dict[str, Any], is_async: bool, cap: int, identity: dict[str, Any] | None) -> Any:
     """``toolloop_call`` in a worker process of its own (``isolation: process``)."""
     yield from toolloop_call(ref, args, is_async, cap, identity)
 
@@ -253,7 +255,7 @@ class _Owner:
     given up on is left behind (the process is about to end). The thread lives as long as the
     connection: the processes of a local Ray die with the thread that started them."""
 
-    def __init__(self, ray: Any, kwargs: dict):
+    def __init__(self, ray: Any, kwargs: dict[str, Any]):
         self.ray = ray
         self.kwargs = kwargs
         self.error: BaseException | None = None
@@ -289,24 +291,6 @@ class _Owner:
         self.stop.set()
         with _sigterm_interrupts():
             self.stopped.wait()
-
-
-class _DropThreadWarning(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("SIGTERM handler is not set")
-
-
-@contextmanager
-def _quiet_thread_warning() -> Iterator[None]:
-    """``ray.init`` outside the main thread warns that it set no SIGTERM handler: toolloop keeps
-    its own, and its standard error carries its own lines."""
-    logger = logging.getLogger("ray._private.worker")
-    drop = _DropThreadWarning()
-    logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        logger.removeFilter(drop)
 
 
 def _in_thread(fn: Any, deadline_s: float | None) -> None:
@@ -522,7 +506,7 @@ class RayExecutor(Executor):
             fn = self._remote[isolated] = self.connection.ray.remote(**options)(body)
         return fn
 
-    async def prepare(self, tool: ToolSpec, args: dict) -> _Task:
+    async def prepare(self, tool: ToolSpec, args: dict[str, Any]) -> _Task:
         """Submit the call and wait until it starts in a worker: queueing for a CPU, starting a
         worker and importing the App are not the call's time."""
         ray = self.connection.ray
@@ -537,12 +521,12 @@ class RayExecutor(Executor):
                 await task.stop()
             raise
         if task.done.is_set() and task.pid is None:
-            exc = _error_of(task.reply)
-            if isinstance(exc, ray.exceptions.RuntimeEnvSetupError):
-                raise OSError(f"the Ray worker's environment could not be set up: {excerpt(_first_line(exc), 300)}")
+            err = _error_of(task.reply)
+            if isinstance(err, ray.exceptions.RuntimeEnvSetupError):
+                raise OSError(f"the Ray worker's environment could not be set up: {excerpt(_first_line(err), 300)}")
         return task
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: _Task, slot: Any) -> Any:
+    async def run(self, tool: ToolSpec, args: dict[str, Any], prepared: _Task, slot: Any) -> Any:
         task = prepared
         try:
             await task.done.wait()
@@ -573,7 +557,7 @@ class RayExecutor(Executor):
         raise WorkerLost(f"the Ray worker running this call was lost ({type(exc).__name__}: {_first_line(exc)})")
 
 
-def _identity() -> dict | None:
+def _identity() -> dict[str, Any] | None:
     """The running call's identity (``current_call()``), as plain data for the worker."""
     from ..identity import current_call
 

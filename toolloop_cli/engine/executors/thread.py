@@ -47,7 +47,7 @@ class HeldSlot:
         self.tool.release_on_behalf_of(self.borrower)
 
 
-def _guarded(fn: Any, args: dict) -> Any:
+def _guarded(fn: Any, args: dict[str, Any]) -> Any:
     """``fn(**args)``, in the worker thread: its value, or ``ToolRaised`` for anything it raised
     (trio would raise a ``KeyboardInterrupt`` or ``SystemExit`` from a thread again in the task)."""
     failure: ToolRaised | None = None
@@ -62,7 +62,7 @@ def _guarded(fn: Any, args: dict) -> Any:
     raise failure  # outside the handler: the App's exception and its frames are not kept
 
 
-async def run_in_thread(fn: Any, args: dict, slot: HeldSlot | None = None) -> Any:
+async def run_in_thread(fn: Any, args: dict[str, Any], slot: HeldSlot | None = None) -> Any:
     """``fn(**args)`` in a worker thread, abandoned (left running) if cancelled. The thread sees
     the caller's context variables (the running call, for dispatch)."""
     limiter: Any = thread_limiter() if slot is None else slot
@@ -77,7 +77,7 @@ class ThreadExecutor(Executor):
     abandons = True  # a timed-out thread is left running
     holds_slot = True  # ... and keeps the tool's slot until it really ends
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: HeldSlot | None) -> Any:
+    async def run(self, tool: ToolSpec, args: dict[str, Any], prepared: Any, slot: HeldSlot | None) -> Any:
         return await run_in_thread(tool.fn, args, slot)
 
 

@@ -38,7 +38,7 @@ class TrioExecutor(Executor):
     name = "trio"
     in_calling_task = True
 
-    async def run(self, tool: ToolSpec, args: dict, prepared: Any, slot: Any) -> Any:
+    async def run(self, tool: ToolSpec, args: dict[str, Any], prepared: Any, slot: Any) -> Any:
         failure: ToolRaised | None = None
         try:
             return await tool.fn(**args)  # type: ignore[misc]
