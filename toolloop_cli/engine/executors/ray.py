@@ -347,10 +347,20 @@ class RayConnection:
         return f"the Ray cluster at {excerpt(self.address)}" if self.address else "a local Ray"
 
     def open(self) -> None:
-        """Connect, or start a local Ray; blocking (seconds for a local start)."""
+        """Connect, or start a local Ray; blocking (seconds for a local start). Ctrl-C and SIGTERM
+        end it at any moment (KeyboardInterrupt, exit 130): the reachability check and Ray's own
+        connect both wait on the network, where a signal the command only counted would be lost."""
         self.depth += 1
         if self.depth > 1:
             return
+        try:
+            with _sigterm_interrupts():
+                self._connect()
+        except KeyboardInterrupt:
+            self.depth -= 1
+            raise
+
+    def _connect(self) -> None:
         ray = self.ray
         if ray.is_initialized():
             return
@@ -362,12 +372,7 @@ class RayConnection:
         if self.address:
             deadline = connect_timeout()
             dialled = _dialled(self.address)
-            try:
-                with _sigterm_interrupts():  # the check waits on the network too: Ctrl-C ends it
-                    problem = _reachable(dialled)
-            except KeyboardInterrupt:
-                self.depth -= 1
-                raise
+            problem = _reachable(dialled)
             if problem is not None:
                 self.depth -= 1
                 raise UsageError(f"cannot reach {self.where()}{self._via(dialled)}: {problem}; start one with"
@@ -387,9 +392,6 @@ class RayConnection:
             raise UsageError(f"cannot reach {self.where()}{self._via(dialled)}: no answer from Ray within"
                              f" {deadline:g}s; check that a Ray cluster (not another service) listens there,"
                              f" or allow longer with {CONNECT_TIMEOUT_ENV}") from None
-        except KeyboardInterrupt:
-            self.depth -= 1
-            raise
         except Exception as exc:  # noqa: BLE001 - whatever Ray says, as one line
             self.depth -= 1
             hint = ""
