@@ -14,7 +14,7 @@ importing a submodule, such as the process worker's, stays light):
 
 from __future__ import annotations
 
-from typing import Any
+from .._lazy import lazy_names
 
 _WHERE = {
     "HaltPolicy": "runstate",
@@ -38,12 +38,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'toolloop_cli.engine' has no attribute '{name}'")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE, globals())

@@ -6,7 +6,7 @@ judge's verdict. It never runs a tool, writes the journal, calls a provider or o
 the engine's routed runner does all of that and consults the router between steps.
 """
 
-from typing import Any
+from .._lazy import lazy_names
 
 #: public name -> the submodule that holds it, loaded on first use (so importing one submodule,
 #: such as ``supervisor`` for the plan model's rule kinds, loads only that one)
@@ -51,12 +51,4 @@ _WHERE = {
 __all__ = sorted(_WHERE)
 
 
-def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'toolloop_cli.router' has no attribute '{name}'")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{where}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _WHERE, globals())
