@@ -62,8 +62,9 @@ class McpSessions:
                 raise McpError(server.stopped()) from None
             if server.http_status is not None:
                 raise McpError(server.why(exc, "answer")) from None
-            if hidden and any(h in str(exc) for h in hidden):  # never let a secret through
-                raise McpError(hide(f"{type(exc).__name__}: {exc}", hidden)) from None
+            said = f"{type(exc).__name__}: {exc}"
+            if hidden and hide(said, hidden) != said:  # never let a secret through, however it is quoted
+                raise McpError(hide(said, hidden)) from None
             raise
         if result.is_error:
             text = " ".join(getattr(c, "text", "") for c in result.content).strip()
