@@ -172,12 +172,10 @@ def test_a_child_that_failed_on_its_own_gives_its_parent_an_error_receipt_withou
     assert receipt["child_run_id"] == child and len(model_server.requests) == asked
 
 
-def test_a_routed_parent_resumed_as_approve_says_resumes_its_child_once(tmp_path, model_server, cli):
-    child_plan(tmp_path, model_server, "research.yml", "[gated]")
-    child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
-    registry(tmp_path)
+def researcher_parent(tmp_path, model_server):
+    """A routed plan whose one tool is the ``research`` child plan."""
     p = profile(model_server)
-    top = write(tmp_path / "top.yml", f"""
+    return write(tmp_path / "top.yml", f"""
         version: 1
         registry: reg.yml
         subagent: t
@@ -189,6 +187,13 @@ def test_a_routed_parent_resumed_as_approve_says_resumes_its_child_once(tmp_path
         budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 60}}
         final_schema: {{type: object}}
     """)
+
+
+def test_a_routed_parent_resumed_as_approve_says_resumes_its_child_once(tmp_path, model_server, cli):
+    child_plan(tmp_path, model_server, "research.yml", "[gated]")
+    child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
+    registry(tmp_path)
+    top = researcher_parent(tmp_path, model_server)
     target = tmp_path / "written.txt"
     model_server.script(call("research", {"question": "q"}), call("gated", {"path": str(target)}))
     paused = cli("run", str(top), "--format", "jsonl", env={"TL_TEST_KEY": KEY})
@@ -304,19 +309,7 @@ def test_a_parent_replays_its_child_from_the_recording_and_a_child_replays_on_it
     child_plan(tmp_path, model_server, "research.yml", "[echo]")
     child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
     registry(tmp_path)
-    p = profile(model_server)
-    top = write(tmp_path / "top.yml", f"""
-        version: 1
-        registry: reg.yml
-        subagent: t
-        mode: routed
-        goal: Ask the researcher.
-        allowed_tools: [research]
-        router_profile: {p}
-        final_profile: {p}
-        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 60}}
-        final_schema: {{type: object}}
-    """)
+    top = researcher_parent(tmp_path, model_server)
     model_server.script(call("research", {"question": "q"}), call("echo", {"x": 1}), FINAL, '{"answer": "a"}',
                         FINAL, '{"total": 1}')
     first = cli("run", str(top), "--format", "jsonl", env={"TL_TEST_KEY": KEY})
