@@ -151,11 +151,6 @@ def hide_deep(value: Any, values: list[str]) -> Any:
     return Scrubber(values).deep(value)
 
 
-def scrub_text(text: str, decls: Iterable[Any]) -> str:
-    """``text`` with the values these servers get from toolloop's environment hidden."""
-    return hide(text, secrets(decls))
-
-
 def schema_hash(offered: Any) -> str:
     """What ``toolloop lock`` records of a server's tool: the hash of its schemas."""
     return sha256_of({"name": offered.name, "input_schema": offered.input_schema,
