@@ -223,6 +223,20 @@ class Launch:
         finally:
             self.close()
 
+    def case(self, plan: str | os.PathLike[str], options: RunOptions, *, context: dict | None = None,
+             recording: Any = None) -> Prepared:
+        """A test case's run (``toolloop test``): the plan admitted with the case's ``context`` in
+        place of its own, and the ``recording`` it replays (a ``Recording`` with ``replay`` set:
+        every model answer, and the tool results it gives, from the case's fixture; None: the case
+        runs live). Raises ConfigError."""
+        from ..contract.mcp import discovered
+        from ..plan.admit import admit_plan
+
+        admitted = discovered(lambda servers: admit_plan(
+            plan, default_timeout_s=options.default_timeout_s, placement=options.executor, servers=servers,
+            context=context))
+        return Prepared(admitted, options, recording=recording)
+
     # --- running it ---------------------------------------------------------------------------
     def start(self, prepared: Prepared, sink: Sink, **hooks: Any) -> RunResult:
         """Run a prepared run to its end (or interruption), each record committed before ``sink``

@@ -120,7 +120,8 @@ class ModelCalls:
             self._no_usage(role, provider, cost_budget)
         record = {
             "type": "model_answer", "run_id": self.run_id, "n": n, "role": role, "model": reply.model,
-            "request_sha256": sha, "text": reply.text, "input_tokens": reply.input_tokens,
+            "request_sha256": sha, "request": request_text(request), "text": reply.text,
+            "input_tokens": reply.input_tokens,
             "output_tokens": reply.output_tokens, "duration_ms": duration_ms,
         }
         if reply.cut:
@@ -182,3 +183,9 @@ def failure_text(exc: ProviderError, role: str, turn: int, tries: int) -> str:
         return f"{role} profile: fixture exhausted at turn {turn} ({exc.message})"
     after = f" ({tries} tries)" if tries > 1 else ""
     return f"{role} profile: {exc.message}{after}"
+
+
+def request_text(request: ModelRequest) -> str:
+    """A request as text, one block per message (what ``requests_unchanged`` diffs): the record's
+    ``request``, scrubbed of the run's secrets with the rest of the record."""
+    return "".join(f"[{m.get('role')}]\n{m.get('content')}\n" for m in request.messages)

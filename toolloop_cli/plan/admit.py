@@ -338,6 +338,7 @@ def admit_plan(
     max_depth: int | None = None,
     placement: str = "local",
     servers: Listing | None = None,
+    context: dict | None = None,
 ) -> AdmittedPlan:
     """Load a plan and its registry and admit the whole plan; raises ``ConfigError`` listing
     every problem (plan and registry alike) when anything is wrong. ``depth`` is 0 for a top
@@ -353,10 +354,12 @@ def admit_plan(
         return discovered(lambda found: admit_plan(
             path, registry=registry, app_root=app_root, max_concurrency=max_concurrency, lanes=lanes,
             lanes_name=lanes_name, default_timeout_s=default_timeout_s, spool=spool, stream=stream, depth=depth,
-            max_depth=max_depth, placement=placement, servers=found))
+            max_depth=max_depth, placement=placement, servers=found, context=context))
     decl, col = load_plan(path)
     if decl is None:
         raise ConfigError(col.problems)
+    if context is not None:
+        decl = decl.model_copy(update={"context": context})
     reg_path = registry_path_for(path, decl, registry)
     if reg_path is None:
         col.add("TL412", "the plan names no registry", (), "add 'registry: path/to/registry.yml' or pass --registry")
