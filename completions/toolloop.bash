@@ -6,7 +6,7 @@
 _toolloop_subcommands()
 {
     case "$1" in
-        "toolloop") echo "abort approvals approve call init lock replay resume run runs schema serve steer tools validate" ;;
+        "toolloop") echo "abort approvals approve call init lock replay resume run runs schema serve steer test tools validate" ;;
         "toolloop approvals") echo "list" ;;
         "toolloop runs") echo "export list prune show verify" ;;
     esac
@@ -36,6 +36,7 @@ _toolloop_options()
         "toolloop schema") echo "--help -h" ;;
         "toolloop serve") echo "--help --host --port --state-dir --users -h" ;;
         "toolloop steer") echo "--help --state-dir -h" ;;
+        "toolloop test") echo "--approve --format --help --junit --record --repeat --state-dir -f -h -k" ;;
         "toolloop tools") echo "--format --help --subagent -f -h -s" ;;
         "toolloop validate") echo "--app-root --format --help --ignore --locked --max-concurrency --registry --strict --timeout -f -h -j" ;;
     esac
@@ -103,6 +104,12 @@ _toolloop_option_value()
         "toolloop serve --state-dir") echo "@dir" ;;
         "toolloop serve --users") echo "@file" ;;
         "toolloop steer --state-dir") echo "@dir" ;;
+        "toolloop test --approve") echo "ask all none" ;;
+        "toolloop test --junit") echo "@file" ;;
+        "toolloop test --repeat") echo "@text" ;;
+        "toolloop test --state-dir") echo "@dir" ;;
+        "toolloop test -f"|"toolloop test --format") echo "auto table jsonl json" ;;
+        "toolloop test -k") echo "@text" ;;
         "toolloop tools -f"|"toolloop tools --format") echo "auto table jsonl json" ;;
         "toolloop tools -s"|"toolloop tools --subagent") echo "@text" ;;
         "toolloop validate --app-root") echo "@dir" ;;
@@ -134,9 +141,10 @@ _toolloop_argument()
         "toolloop runs export 0") echo "@run" ;;
         "toolloop runs show 0") echo "@run" ;;
         "toolloop runs verify 0") echo "@run" ;;
-        "toolloop schema 0") echo "registry plan receipt" ;;
+        "toolloop schema 0") echo "registry plan receipt suite" ;;
         "toolloop steer 0") echo "@run" ;;
         "toolloop steer 1") echo "@text" ;;
+        "toolloop test "*) echo "@file" ;;
         "toolloop tools 0") echo "@file" ;;
         "toolloop validate "*) echo "@file" ;;
         *) echo "@none" ;;

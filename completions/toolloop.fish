@@ -23,7 +23,7 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token abort approvals approve call init lock replay resume run runs schema serve steer tools validate
+                if contains -- $token abort approvals approve call init lock replay resume run runs schema serve steer test tools validate
                     set path "$path $token"
                     continue
                 end
@@ -132,6 +132,13 @@ set -g __toolloop_value_options \
     'toolloop serve --state-dir' \
     'toolloop serve --users' \
     'toolloop steer --state-dir' \
+    'toolloop test --approve' \
+    'toolloop test --format' \
+    'toolloop test --junit' \
+    'toolloop test --repeat' \
+    'toolloop test --state-dir' \
+    'toolloop test -f' \
+    'toolloop test -k' \
     'toolloop tools --format' \
     'toolloop tools --subagent' \
     'toolloop tools -f' \
@@ -161,6 +168,7 @@ complete -c toolloop -n '__toolloop_using toolloop' -a runs -d 'List journaled r
 complete -c toolloop -n '__toolloop_using toolloop' -a schema -d 'Print the JSON Schema of a file format or of the output records.'
 complete -c toolloop -n '__toolloop_using toolloop' -a serve -d 'A web page and JSON API for runs and approvals, over the same journal; every request needs a token.'
 complete -c toolloop -n '__toolloop_using toolloop' -a steer -d 'Add a message to a routed run\'s next turn (read from the journal by the running loop).'
+complete -c toolloop -n '__toolloop_using toolloop' -a test -d 'Run regression suites: each case a journaled run checked against what it expects.'
 complete -c toolloop -n '__toolloop_using toolloop' -a tools -d 'List the registry\'s tools: id, kind, effect, description.'
 complete -c toolloop -n '__toolloop_using toolloop' -a validate -d 'Check registries and plans as run would, without running anything; exit 1 on any error.'
 complete -c toolloop -n '__toolloop_using toolloop' -l install-completion -d 'Install completion for the current shell.'
@@ -303,7 +311,7 @@ complete -c toolloop -n '__toolloop_using toolloop runs verify' -a '(__toolloop_
 
 # toolloop schema
 complete -c toolloop -n '__toolloop_using toolloop schema' -s h -l help -d 'Show this message and exit.'
-complete -c toolloop -n '__toolloop_using toolloop schema' -a 'registry plan receipt'
+complete -c toolloop -n '__toolloop_using toolloop schema' -a 'registry plan receipt suite'
 
 # toolloop serve
 complete -c toolloop -n '__toolloop_using toolloop serve' -l host -x -d 'Address to listen on (loopback unless you say otherwise).'
@@ -316,6 +324,17 @@ complete -c toolloop -n '__toolloop_using toolloop serve' -s h -l help -d 'Show 
 complete -c toolloop -n '__toolloop_using toolloop steer' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop steer' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop steer' -a '(__toolloop_run_ids)'
+
+# toolloop test
+complete -c toolloop -n '__toolloop_using toolloop test' -l approve -x -a 'ask all none' -d 'Approval gates of a case that runs live (default none).'
+complete -c toolloop -n '__toolloop_using toolloop test' -l junit -r -F -d 'Also write JUnit XML to FILE.'
+complete -c toolloop -n '__toolloop_using toolloop test' -l record -d 'Run each case live and (re)write its fixture from that run, then check it.'
+complete -c toolloop -n '__toolloop_using toolloop test' -l repeat -x -d 'Run each case N times; it passes only when all did.'
+complete -c toolloop -n '__toolloop_using toolloop test' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
+complete -c toolloop -n '__toolloop_using toolloop test' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
+complete -c toolloop -n '__toolloop_using toolloop test' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop test' -s k -x -d 'Keep the cases whose name contains PATTERN.'
+complete -c toolloop -n '__toolloop_using toolloop test' -F
 
 # toolloop tools
 complete -c toolloop -n '__toolloop_using toolloop tools' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'

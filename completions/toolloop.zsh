@@ -27,6 +27,7 @@ _toolloop() {
         'schema:Print the JSON Schema of a file format or of the output records.'
         'serve:A web page and JSON API for runs and approvals, over the same journal; every request needs a token.'
         'steer:Add a message to a routed run'\''s next turn (read from the journal by the running loop).'
+        'test:Run regression suites\: each case a journaled run checked against what it expects.'
         'tools:List the registry'\''s tools\: id, kind, effect, description.'
         'validate:Check registries and plans as run would, without running anything; exit 1 on any error.'
     )
@@ -56,6 +57,7 @@ _toolloop() {
                 schema) _toolloop_schema ;;
                 serve) _toolloop_serve ;;
                 steer) _toolloop_steer ;;
+                test) _toolloop_test ;;
                 tools) _toolloop_tools ;;
                 validate) _toolloop_validate ;;
             esac
@@ -272,7 +274,7 @@ _toolloop_runs_verify() {
 _toolloop_schema() {
     _arguments \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
-        '1:name:(registry plan receipt)'
+        '1:name:(registry plan receipt suite)'
 }
 
 _toolloop_serve() {
@@ -290,6 +292,19 @@ _toolloop_steer() {
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:run_id:_toolloop_run_ids' \
         '2:message: '
+}
+
+_toolloop_test() {
+    _arguments \
+        '--approve[Approval gates of a case that runs live (default none).]:approve:(ask all none)' \
+        '--junit[Also write JUnit XML to FILE.]:junit:_files' \
+        '--record[Run each case live and (re)write its fixture from that run, then check it.]' \
+        '--repeat[Run each case N times; it passes only when all did.]:repeat: ' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
+        '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '-k[Keep the cases whose name contains PATTERN.]:value: ' \
+        '*:suites:_files'
 }
 
 _toolloop_tools() {

@@ -5,7 +5,8 @@ Written from the real Typer app and the package's own tables, so they cannot dri
 
     completions/toolloop.bash, completions/toolloop.zsh, completions/toolloop.fish
     man/toolloop.1
-    docs/schemas/registry.schema.json, docs/schemas/plan.schema.json, docs/schemas/receipt.schema.json
+    docs/schemas/registry.schema.json, docs/schemas/plan.schema.json, docs/schemas/receipt.schema.json,
+    docs/schemas/suite.schema.json
     docs/findings.md
 
 Usage::
@@ -59,7 +60,7 @@ METAVARS: dict[str, str] = {
 # One line of "how to fix" per finding code (docs/findings.md, and the help of SARIF rules) lives in
 # the package beside the codes: toolloop_cli.contract.problems.FIXES.
 
-SCHEMA_NAMES = ("plan", "receipt", "registry")
+SCHEMA_NAMES = ("plan", "receipt", "registry", "suite")
 
 
 class GenerationError(Exception):

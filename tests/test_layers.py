@@ -56,6 +56,7 @@ BAD_IMPORTS = [
     ("contract/envelope.py", "from ..providers import base", "the contract is data"),
     ("engine/settle.py", "from . import session", "the engine's layers"),
     ("engine/stray.py", "X = 1", "the engine's layers"),
+    ("suite/expect.py", "from ..engine import launch", "a suite is loaded and judged without running anything"),
 ]
 
 

@@ -191,11 +191,45 @@ class ModelAnswerRecord(_Record):
     output_tokens: int = Field(ge=0)
     duration_ms: Optional[float] = None
     truncated: Optional[bool] = None  # true when the reply stopped at the output token limit
+    request: Optional[str] = None  # the request's text, redacted (what requests_unchanged compares)
+
+
+class TestFailure(_Record):
+    """An expectation of a case that did not hold: its name (``final.refunded``, ``calls[1]``)."""
+
+    expect: str
+    wanted: Any
+    got: Any
+
+
+class TestRecord(_Record):
+    """One case of a suite (``toolloop test``)."""
+
+    type: Literal["test"]
+    suite: str
+    name: str
+    status: Literal["pass", "fail", "error"]
+    runs: int = Field(ge=0)
+    passed: int = Field(ge=0)
+    run_ids: list[str]
+    failures: list[TestFailure]
+    duration_ms: float = Field(ge=0)
+    diff: Optional[str] = None  # requests_unchanged: the unified diff of the first request that differs
+
+
+class TestSummaryRecord(_Record):
+    """The last record of ``toolloop test``."""
+
+    type: Literal["test_summary"]
+    passed: int = Field(ge=0)
+    failed: int = Field(ge=0)
+    errors: int = Field(ge=0)
+    duration_ms: float = Field(ge=0)
 
 
 class OutputRecord(BaseModel):
     record: Union[ReceiptRecord, SummaryRecord, DecisionRecord, SupervisorRecord, GuardrailRecord,
-                  ModelAnswerRecord] = Field(discriminator="type")
+                  ModelAnswerRecord, TestRecord, TestSummaryRecord] = Field(discriminator="type")
 
 
 def receipt_schema() -> dict:
@@ -232,4 +266,13 @@ def plan_schema() -> dict:
     return schema
 
 
-SCHEMAS = {"registry": registry_schema, "plan": plan_schema, "receipt": receipt_schema}
+def suite_schema() -> dict:
+    from .suite.models import SuiteDecl
+
+    schema = SuiteDecl.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "toolloop suite"
+    return schema
+
+
+SCHEMAS = {"registry": registry_schema, "plan": plan_schema, "receipt": receipt_schema, "suite": suite_schema}

@@ -20,7 +20,7 @@ def _require_file(path: Path, what: str) -> None:
 
 
 def validate(
-    paths: List[Path] = typer.Argument(..., metavar="PATH", help="Registries, plans, or folders holding them (*.yml, *.yaml)."),
+    paths: List[Path] = typer.Argument(..., metavar="PATH", help="Registries, plans, suites, or folders holding them (*.yml, *.yaml)."),
     registry: Optional[Path] = typer.Option(None, "--registry", metavar="FILE", help="Check every plan against this registry instead of the one it names."),
     app_root: Optional[Path] = typer.Option(None, "--app-root", metavar="DIR", help="Folder put first on sys.path for callables (as run --app-root)."),
     format: LintFormat = typer.Option(LintFormat.text, "--format", "-f", metavar="text|json|github|sarif", help="Output format for findings."),
@@ -60,7 +60,8 @@ def validate(
     for note in notes:  # on standard error in every format, so a CI log shows them too
         sys.stderr.write(escape(note) + "\n")
     if format is LintFormat.text:
-        sys.stderr.write(count_line(report.registries, report.plans, problems, dropped, len(report.partly)) + "\n")
+        sys.stderr.write(count_line(report.registries, report.plans, problems, dropped, len(report.partly),
+                                    suites=report.suites) + "\n")
     if any(p.level == "error" for p in problems):
         raise typer.Exit(1)
 
@@ -97,7 +98,7 @@ def _validate(paths: List[Path], registry: Optional[Path], app_root: Optional[Pa
     return report, suppressor.dropped, strict or settings.strict
 
 
-def count_line(registries: int, plans: int, problems: list, dropped: int, partly: int = 0) -> str:
+def count_line(registries: int, plans: int, problems: list, dropped: int, partly: int = 0, suites: int = 0) -> str:
     """``checked 1 registry and 2 plans: 1 error, 2 warnings (3 ignored)``; plans that could not be
     checked fully are counted as such (``2 plans (1 of them in part only)``)."""
 
@@ -107,7 +108,7 @@ def count_line(registries: int, plans: int, problems: list, dropped: int, partly
     shown_plans = n(plans, "plan") + ("" if not partly else " in part only" if partly == plans
                                       else f" ({partly} of them in part only)")
     checked = " and ".join(n(c, w) if w != "plan" else shown_plans
-                           for c, w in ((registries, "registry"), (plans, "plan")) if c) or "nothing"
+                           for c, w in ((registries, "registry"), (plans, "plan"), (suites, "suite")) if c) or "nothing"
     checked = checked.replace("registrys", "registries")
     errors = sum(p.level == "error" for p in problems)
     warnings = len(problems) - errors
@@ -205,9 +206,10 @@ class SchemaName(str, Enum):
     registry = "registry"
     plan = "plan"
     receipt = "receipt"
+    suite = "suite"
 
 
-def schema(name: SchemaName = typer.Argument(..., metavar="registry|plan|receipt", help="registry, plan or receipt.")) -> None:
+def schema(name: SchemaName = typer.Argument(..., metavar="registry|plan|suite|receipt", help="registry, plan, suite or receipt.")) -> None:
     """Print the JSON Schema of a file format or of the output records."""
     from ..record_schema import SCHEMAS
 

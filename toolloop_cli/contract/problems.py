@@ -85,6 +85,11 @@ CODES: dict[str, str] = {
     "TL421": "replay fixture line is not a model answer",
     "TL422": "child plan rejected, not routed, carries its own context, or nests past max_depth",
     "TL423": "plan uses a tool whose sandbox cannot be made (none on this machine, or --executor ray)",
+    # suite files (toolloop test)
+    "TL501": "suite case's plan or fixture cannot be found",
+    "TL502": "suite expectation or fault names a tool the plan's registry lacks",
+    "TL503": "suite case key does not apply to its plan (a batch plan runs live; faults need a fixture)",
+    "TL504": "suite case name used twice",
 }
 
 
@@ -160,6 +165,10 @@ FIXES: dict[str, str] = {
     "TL421": "Use the JSON Lines written by `toolloop runs export RUN_ID` as the fixture.",
     "TL422": "Fix the child plan (its own findings follow), make it `mode: routed` without `context:` (its parent supplies it), or raise the top plan's subagent `runner_defaults.max_depth`.",
     "TL423": "Make the sandbox possible here (see TL380: install bubblewrap, allow user namespaces), set `sandbox: {required: false}` on the tool, or run with `--executor local` instead of Ray.",
+    "TL501": "Fix the path: a case's `plan` and `fixture` are relative to the suite file (record a missing fixture with `toolloop test SUITE --record`).",
+    "TL502": "Name a tool of the plan's subagent (see `toolloop tools REGISTRY`) in `calls`, `never` and `faults`.",
+    "TL503": "A batch (sequential or parallel) case runs live and is checked by `calls`, `never` and `max_tool_calls` only: remove the other keys, or point the case at a routed plan; give a case with `faults` a `fixture`.",
+    "TL504": "Give every case of a suite a name of its own (`-k` and the run labels select cases by name).",
 }
 
 

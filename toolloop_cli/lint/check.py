@@ -36,6 +36,7 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
     registries: int = 0
     plans: int = 0
+    suites: int = 0
     #: (plan as shown, why it could not be checked fully)
     partly: list[tuple[str, str]] = field(default_factory=list)
     #: (registry as shown, its MCP tools that were not checked against their servers)
@@ -202,6 +203,13 @@ class Checker:
             problems = [p for p in problems if not any(n in p.message for n in named)]
         self._add(problems)
 
+    def suite(self, path: Path) -> None:
+        """A suite file checked as ``toolloop test`` loads it (nothing runs)."""
+        from ..suite.load import load_suite
+
+        self.report.suites += 1
+        self._add(load_suite(path)[1])
+
     def check(self, targets: list[Target]) -> Report:
         for t in targets:
             if t.kind == "registry":
@@ -209,6 +217,9 @@ class Checker:
         for t in targets:
             if t.kind == "plan":
                 self.plan(t.path)
+        for t in targets:
+            if t.kind == "suite":
+                self.suite(t.path)
         self.report.problems.sort(key=lambda p: p.sort_key)
         for reg in self._registries.values():
             contract = reg.contract if reg.contract is not None else reg.partial

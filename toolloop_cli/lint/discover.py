@@ -24,7 +24,7 @@ _TOP_KEY = re.compile(r"^([A-Za-z_][\w-]*)[ \t]*:", re.MULTILINE)
 @dataclass(frozen=True)
 class Target:
     path: Path
-    kind: str  # registry | plan
+    kind: str  # registry | plan | suite
 
 
 @dataclass
@@ -34,11 +34,13 @@ class Discovery:
 
 
 def kind_of(keys: set[str]) -> str | None:
-    """``registry``, ``plan`` or None, from a document's top-level keys."""
+    """``registry``, ``plan``, ``suite`` or None, from a document's top-level keys."""
     if "subagents" in keys:
         return "registry"
     if "mode" in keys or "subagent" in keys:
         return "plan"
+    if "kind" in keys or "cases" in keys:  # a suite says kind: suite (loading it checks the value)
+        return "suite"
     return None
 
 
@@ -79,10 +81,11 @@ def _named(path: Path, found: Discovery) -> None:
     if kind is not None:
         found.targets.append(Target(path, kind))
         return
-    what = ("it has no 'subagents', so it is not a registry, and no 'mode' or 'subagent', so it is not a plan"
-            if keys is not None else f"it {why}, so it is neither a registry nor a plan")
+    what = ("it has no 'subagents', so it is not a registry, no 'mode' or 'subagent', so it is not a plan, and no"
+            " 'kind: suite', so it is not a suite" if keys is not None else f"it {why}, so it is neither a registry"
+            " nor a plan")
     found.problems.append(Problem("TL106", f"this file is neither a registry nor a plan: {what}", _display(path),
-                                  hint="name registries, plans, or folders holding them"))
+                                  hint="name registries, plans, suites, or folders holding them"))
 
 
 def _walk(folder: Path) -> list[Path]:

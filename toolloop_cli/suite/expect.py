@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .models import CallExpect, ExpectDecl
-from .recorded import NOT_RECORDED
+
+#: the error kind of a call a recorded case had no result for (the check names it by turn)
+NOT_RECORDED = "not_recorded"
+#: the error kind of a fault laid over a call by a case
+FAULT = "fault"
 
 _MISSING = {"missing": True}  # what `got` shows for a key the answer lacks
 _EXHAUSTED = re.compile(r"fixture exhausted at turn (\d+)")

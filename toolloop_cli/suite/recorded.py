@@ -18,12 +18,8 @@ from typing import Any
 from .._canonical import sha256_of
 from ..engine.recording import Recording
 from ..receipts import Receipt
+from .expect import FAULT, NOT_RECORDED
 from .models import FaultDecl
-
-#: the error kind of a call a recorded case had no result for (the check names it by turn)
-NOT_RECORDED = "not_recorded"
-#: the error kind of a fault laid over a call by a case
-FAULT = "fault"
 
 _RECEIPT_KEYS = frozenset(f.name for f in dataclasses.fields(Receipt)) | {"type"}
 
