@@ -33,7 +33,7 @@ def test(
 
     for path in suites:
         require_file(path, "suite file")
-    loaded = load_suites(list(suites))  # a ConfigError is exit 3 with its findings (cli.app)
+    loaded = load_suites(list(suites), recording=record)  # a ConfigError is exit 3 with its findings (cli.app)
     fmt = resolve_format(format, sys.stdout)
     settings = CaseSettings(state_dir=str(state_dir) if state_dir else None, approve=approve.value,
                             hooks={"on_signal": notice, "on_warning": lambda text: notice(f"warning: {text}")})

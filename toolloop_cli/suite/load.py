@@ -57,8 +57,9 @@ def is_suite(data: Any) -> bool:
                                                                       and "mode" not in data))
 
 
-def load_suite(path: str | os.PathLike[str]) -> tuple[Suite | None, list[Problem]]:
-    """The suite at ``path`` and every finding about it (None when any is an error)."""
+def load_suite(path: str | os.PathLike[str], *, recording: bool = False) -> tuple[Suite | None, list[Problem]]:
+    """The suite at ``path`` and every finding about it (None when any is an error). With
+    ``recording`` (``--record``) a fixture need not exist yet: the run writes it."""
     doc = load_document(path)
     col = doc.collector
     shown = display_path(path)
@@ -87,7 +88,7 @@ def load_suite(path: str | os.PathLike[str]) -> tuple[Suite | None, list[Problem
             col.add("TL504", f"case name {quoted(case.name)} is used twice (first at cases[{names[case.name]}])",
                     ("cases", i, "name"), "give every case a name of its own")
         names.setdefault(case.name, i)
-        checked = _case(case, i, base, shown, FsPath(path).name, col, extra)
+        checked = _case(case, i, base, shown, FsPath(path).name, col, extra, recording)
         if checked is not None:
             suite.cases.append(checked)
     problems = col.problems + extra
@@ -97,7 +98,7 @@ def load_suite(path: str | os.PathLike[str]) -> tuple[Suite | None, list[Problem
 
 
 def _case(case: CaseDecl, i: int, base: FsPath, shown: str, name: str, col: Collector,
-          extra: list[Problem]) -> Case | None:
+          extra: list[Problem], recording: bool) -> Case | None:
     at = ("cases", i)
     plan_path = str(base / case.plan)
     if not _exists(plan_path, case.plan, at + ("plan",), "plan", col):
@@ -108,6 +109,8 @@ def _case(case: CaseDecl, i: int, base: FsPath, shown: str, name: str, col: Coll
     fixture = None
     if mode in ("sequential", "parallel"):
         _batch_case(case, at, col)
+    elif recording:
+        pass  # --record writes the fixture before the case reads it
     elif fixture_path is not None and _exists(fixture_path, case.fixture, at + ("fixture",), "fixture", col):
         try:
             fixture = load_fixture(fixture_path)

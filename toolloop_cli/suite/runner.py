@@ -13,11 +13,12 @@ from .case import CaseRun, CaseSettings, record_fixture, run_case
 from .load import Case, Suite, load_suite
 
 
-def load_suites(paths: list[str | os.PathLike[str]]) -> list[Suite]:
-    """Every suite, or ConfigError with every finding of all of them (nothing runs then)."""
+def load_suites(paths: list[str | os.PathLike[str]], *, recording: bool = False) -> list[Suite]:
+    """Every suite, or ConfigError with every finding of all of them (nothing runs then);
+    ``recording``: fixtures need not exist yet."""
     suites, problems = [], []
     for path in paths:
-        suite, found = load_suite(path)
+        suite, found = load_suite(path, recording=recording)
         problems += found
         if suite is not None:
             suites.append(suite)
