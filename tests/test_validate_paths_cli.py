@@ -96,9 +96,9 @@ def test_a_file_named_that_is_neither_a_registry_nor_a_plan_is_a_finding(cli, tm
     r = cli("validate", "compose.yml")
     assert r.returncode == 1
     assert lines(r.stdout) == [
-        "compose.yml:1:1: error TL106 this file is neither a registry nor a plan: it has no 'subagents', so it is"
-        " not a registry, and no 'mode' or 'subagent', so it is not a plan (name registries, plans, or folders"
-        " holding them)"]
+        "compose.yml:1:1: error TL106 this file is neither a registry, a plan nor a suite: it has no 'subagents', so"
+        " it is not a registry, no 'mode' or 'subagent', so it is not a plan, and no 'cases', so it is not a suite"
+        " (name registries, plans, suites, or folders holding them)"]
 
 
 # ---------------------------------------------------------------------------------------------

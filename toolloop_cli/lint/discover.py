@@ -39,7 +39,7 @@ def kind_of(keys: set[str]) -> str | None:
         return "registry"
     if "mode" in keys or "subagent" in keys:
         return "plan"
-    if "kind" in keys or "cases" in keys:  # a suite says kind: suite (loading it checks the value)
+    if "cases" in keys:  # a suite (loading it checks that it says kind: suite)
         return "suite"
     return None
 
@@ -82,9 +82,8 @@ def _named(path: Path, found: Discovery) -> None:
         found.targets.append(Target(path, kind))
         return
     what = ("it has no 'subagents', so it is not a registry, no 'mode' or 'subagent', so it is not a plan, and no"
-            " 'kind: suite', so it is not a suite" if keys is not None else f"it {why}, so it is neither a registry"
-            " nor a plan")
-    found.problems.append(Problem("TL106", f"this file is neither a registry nor a plan: {what}", _display(path),
+            " 'cases', so it is not a suite" if keys is not None else f"it {why}, so it is none of them")
+    found.problems.append(Problem("TL106", f"this file is neither a registry, a plan nor a suite: {what}", _display(path),
                                   hint="name registries, plans, suites, or folders holding them"))
 
 

@@ -151,29 +151,43 @@ def check_run(expect: ExpectDecl | None, summary: dict | None, receipts: list[di
     ended = run_problem(summary, receipts, expect)
     if ended is not None and ended[0] == "error":
         return Verdict("error", ended[1])
-    fails = list(ended[1]) if ended is not None else []
     assert summary is not None
-    loop = summary.get("loop") or {}
+    fails = (list(ended[1]) if ended is not None else []) + _ending_failures(expect, summary)
+    fails += _receipt_failures(expect, receipts)
+    fails += _spend_failures(expect, summary.get("loop") or {}, len(receipts), routed)
+    diff = None
+    if expect.requests_unchanged:
+        more, diff = request_diff(recorded or [], answers)
+        fails += more
+    return Verdict("fail" if fails else "pass", fails, diff)
+
+
+def _ending_failures(expect: ExpectDecl, summary: dict) -> list[dict]:
+    fails = []
     if expect.outcome is not None and summary.get("outcome") != expect.outcome:
         fails.append(failure("outcome", expect.outcome, summary.get("outcome")))
     if expect.route is not None and summary.get("route") != expect.route:
         fails.append(failure("route", expect.route, summary.get("route")))
     if expect.final is not None:
         fails += subset_failures("final", expect.final, summary.get("final"))
-    if expect.calls:
-        fails += calls_failures(expect.calls, receipts)
-    if expect.never:
-        fails += never_failures(expect.never, receipts)
+    return fails
+
+
+def _receipt_failures(expect: ExpectDecl, receipts: list[dict]) -> list[dict]:
+    return (calls_failures(expect.calls, receipts) if expect.calls else []) + (
+        never_failures(expect.never, receipts) if expect.never else [])
+
+
+def _spend_failures(expect: ExpectDecl, loop: dict, n_receipts: int, routed: bool) -> list[dict]:
+    """``max_tool_calls`` (a routed run's loop count, a batch run's receipts), ``max_tokens``
+    (input and output together), ``max_cost_usd``."""
+    fails = []
     if expect.max_tool_calls is not None:
-        used = loop.get("tool_calls", len(receipts)) if routed else len(receipts)
+        used = loop.get("tool_calls", n_receipts) if routed else n_receipts
         fails += _at_most("max_tool_calls", expect.max_tool_calls, used)
     if expect.max_tokens is not None:
         tokens = loop.get("tokens") or {}
         fails += _at_most("max_tokens", expect.max_tokens, int(tokens.get("input", 0)) + int(tokens.get("output", 0)))
     if expect.max_cost_usd is not None:
         fails += _at_most("max_cost_usd", expect.max_cost_usd, float(loop.get("cost_usd") or 0))
-    diff = None
-    if expect.requests_unchanged:
-        more, diff = request_diff(recorded or [], answers)
-        fails += more
-    return Verdict("fail" if fails else "pass", fails, diff)
+    return fails
