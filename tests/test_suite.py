@@ -370,3 +370,57 @@ def test_junit_xml_has_a_testsuite_per_file_and_failure_and_error_elements():
     assert bad.find("failure").get("message") == 'route: wanted "a", got "b\\u001b"'
     assert suites[1].find("testcase").find("error") is not None
     assert suites[0].findall("testcase")[0].find("failure") is None
+
+
+# -- live cases, approvals, secrets ----------------------------------------------------------------
+
+PAY = '{"action": "call", "tool": "pay", "args": {"amount": 500}, "reason": "pay it"}'
+
+
+def test_a_case_without_a_fixture_runs_live_with_gates_answered_none_by_default(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_VAR, "sk-suite-canary-1")
+    routed_plan(tmp_path)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan.read_text().replace("allowed_tools: [echo, log_run, boom]", "allowed_tools: [echo, pay]"))
+    path = suite_file(tmp_path, "  - {name: live, plan: plan.yml, expect: {calls: [{tool: pay, status: denied}]}}\n")
+    tests, _ = run([path], settings(tmp_path, ScriptedProvider([PAY, FINAL, ANSWER])))
+    assert tests[0]["status"] == "pass", tests
+    tests, _ = run([path], settings(tmp_path, ScriptedProvider([PAY, FINAL, ANSWER]), approve="all"))
+    assert tests[0]["status"] == "fail"
+    assert tests[0]["failures"][0]["expect"] == "calls[0]"
+    assert tests[0]["failures"][0]["got"][0]["status"] == "ok"
+
+
+def test_a_recorded_case_reuses_the_recorded_approval_answers(tmp_path, monkeypatch):
+    monkeypatch.setenv(KEY_VAR, "sk-suite-canary-1")
+    routed_plan(tmp_path)
+    plan = tmp_path / "plan.yml"
+    plan.write_text(plan.read_text().replace("allowed_tools: [echo, log_run, boom]", "allowed_tools: [echo, pay]"))
+    path = suite_file(tmp_path, "  - {name: pays, plan: plan.yml, fixture: fixtures/pays.jsonl, tools: live,\n"
+                                "     expect: {calls: [{tool: pay, status: ok}]}}\n")
+    tests, _ = run([path], settings(tmp_path, ScriptedProvider([PAY, FINAL, ANSWER]), approve="all"), record=True)
+    assert tests[0]["status"] == "pass", tests
+    tests, _ = run([path], settings(tmp_path))  # approve none: only the recorded answer lets it through
+    assert tests[0]["status"] == "pass", tests
+    store = Store(tmp_path / "state", create=False)
+    try:
+        (receipt,) = store.receipts_of(tests[0]["run_ids"][0])
+    finally:
+        store.close()
+    assert receipt["approval"]["decision"] == "approved"
+
+
+def test_a_recorded_fixture_holds_no_key(tmp_path, monkeypatch):
+    """The model's key, repeated in its answer, is scrubbed from the fixture --record writes."""
+    key = "sk-suite-canary-1"
+    monkeypatch.setenv(KEY_VAR, key)
+    routed_plan(tmp_path)
+    path = suite_file(tmp_path, "  - {name: k, plan: plan.yml, fixture: fixtures/k.jsonl}\n")
+    final = '{"action": "final", "reason": "the key is ' + key + '"}'
+    got: list[dict] = []
+    summary, _ = run_suites(load_suites([path], recording=True),
+                            settings(tmp_path, ScriptedProvider([final, ANSWER])), got.append, record=True)
+    assert summary["passed"] == 1, got
+    data = (tmp_path / "fixtures" / "k.jsonl").read_bytes()
+    assert key.encode() not in data and b"model_answer" in data
+    assert key not in json.dumps(got)
