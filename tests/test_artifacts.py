@@ -71,6 +71,7 @@ def test_generates_every_expected_file():
         "docs/schemas/plan.schema.json",
         "docs/schemas/receipt.schema.json",
         "docs/schemas/registry.schema.json",
+        "docs/schemas/suite.schema.json",
         "man/toolloop.1",
     ]
 

@@ -1407,3 +1407,33 @@ def test_a_sandbox_that_cannot_be_made_here(tmp_path, monkeypatch):
     found(rejected(write("plan.yml", text)), "TL423", file="plan.yml", at=pos(text, "echo"),
           message=("tool 'echo' needs a sandbox (isolation: sandbox), and none can be made on this machine",),
           hint=("apt-get install bubblewrap", "required: false"))
+
+
+@covers("TL501", "TL502", "TL503", "TL504")
+def test_a_suite_file_is_checked_whole_each_finding_in_its_place(tmp_path, monkeypatch):
+    from toolloop_cli.suite.load import load_suite
+
+    monkeypatch.chdir(tmp_path)
+    demo = ROOT / "plans" / "routed-example.yml"
+    (tmp_path / "batch.yml").write_text(f"version: 1\nregistry: {ROOT / 'registries' / 'demo.yml'}\n"
+                                        "subagent: worker-a\nmode: sequential\ncalls: [{tool: lookup, args: {key: a}}]\n")
+    text = textwrap.dedent(f"""
+        version: 1
+        kind: suite
+        cases:
+          - {{name: a, plan: nowhere.yml}}
+          - {{name: b, plan: {demo}, expect: {{never: [lookpu]}}}}
+          - {{name: c, plan: batch.yml, expect: {{route: publish}}}}
+          - {{name: c, plan: batch.yml}}
+    """).lstrip("\n")
+    (tmp_path / "suite.yml").write_text(text)
+    suite, problems = load_suite("suite.yml")
+    assert suite is None
+    found(problems, "TL501", file="suite.yml", at=pos(text, "nowhere.yml"), message=("plan nowhere.yml not found",))
+    found(problems, "TL502", file="suite.yml", at=pos(text, "lookpu"),
+          message=("tool 'lookpu' is not in the plan's registry (subagent 'worker-a')",), hint=("did you mean 'lookup'?",))
+    found(problems, "TL503", file="suite.yml", at=pos(text, "route: publish"),
+          message=("expectation 'route' needs a routed plan",))
+    line, col = pos(text, "{name: c", 2)
+    found(problems, "TL504", file="suite.yml", at=(line, col + len("{name: ")),
+          message=("case name 'c' is used twice (first at cases[2])",))

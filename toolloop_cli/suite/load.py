@@ -111,7 +111,7 @@ def _case(case: CaseDecl, i: int, base: FsPath, shown: str, name: str, col: Coll
         _batch_case(case, at, col)
     elif recording:
         pass  # --record writes the fixture before the case reads it
-    elif fixture_path is not None and _exists(fixture_path, case.fixture, at + ("fixture",), "fixture", col):
+    elif fixture_path is not None and _exists(fixture_path, case.fixture or "", at + ("fixture",), "fixture", col):
         try:
             fixture = load_fixture(fixture_path)
         except FixtureError as exc:
