@@ -35,8 +35,12 @@ def test(
         require_file(path, "suite file")
     loaded = load_suites(list(suites), recording=record)  # a ConfigError is exit 3 with its findings (cli.app)
     fmt = resolve_format(format, sys.stdout)
-    settings = CaseSettings(state_dir=str(state_dir) if state_dir else None, approve=approve.value,
-                            hooks={"on_signal": notice, "on_warning": lambda text: notice(f"warning: {text}")})
+    hooks = {"on_signal": notice, "on_warning": lambda text: notice(f"warning: {text}")}
+    if approve is Approve.ask and sys.stdin.isatty() and sys.stderr.isatty():  # a live case's gates, asked here
+        from .prompt import TerminalApprover
+
+        hooks["ask"] = TerminalApprover()
+    settings = CaseSettings(state_dir=str(state_dir) if state_dir else None, approve=approve.value, hooks=hooks)
     records: list[dict] = []
     writer = record_writer(fmt, sys.stdout.buffer) if fmt != "table" else None
 
