@@ -323,7 +323,7 @@ def test_a_rejected_suite_has_findings_with_file_line_and_column(tmp_path, monke
 def test_a_file_that_is_not_a_suite_is_one_finding(tmp_path):
     path = write(tmp_path / "s.yml", "version: 1\nkind: registry\ncases: []\n")
     _, problems = load_suite(path)
-    assert [p.code for p in problems][0] == "TL106"
+    assert [(p.code, p.line, p.col) for p in problems] == [("TL106", 2, 7)]
 
 
 # -- the checks, as pure functions -----------------------------------------------------------------

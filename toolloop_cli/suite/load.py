@@ -51,12 +51,6 @@ class Suite:
     cases: list[Case] = field(default_factory=list)
 
 
-def is_suite(data: Any) -> bool:
-    """A document that says ``kind: suite`` (or has ``cases`` and no other kind's keys)."""
-    return isinstance(data, dict) and (data.get("kind") == "suite" or ("cases" in data and "subagents" not in data
-                                                                      and "mode" not in data))
-
-
 def load_suite(path: str | os.PathLike[str], *, recording: bool = False) -> tuple[Suite | None, list[Problem]]:
     """The suite at ``path`` and every finding about it (None when any is an error). With
     ``recording`` (``--record``) a fixture need not exist yet: the run writes it."""
@@ -72,6 +66,7 @@ def load_suite(path: str | os.PathLike[str], *, recording: bool = False) -> tupl
         found = quoted(doc.data["kind"]) if "kind" in doc.data else "no 'kind'"
         col.add("TL106", f"a suite file says 'kind: suite'; this one has {found}", ("kind",) if "kind" in doc.data
                 else (), "add 'kind: suite' at the top level", at_key="kind" not in doc.data)
+        return None, col.problems
     try:
         decl = SuiteDecl.model_validate(doc.data)
     except ValidationError as exc:
