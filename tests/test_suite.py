@@ -424,3 +424,15 @@ def test_a_recorded_fixture_holds_no_key(tmp_path, monkeypatch):
     data = (tmp_path / "fixtures" / "k.jsonl").read_bytes()
     assert key.encode() not in data and b"model_answer" in data
     assert key not in json.dumps(got)
+
+
+def test_a_live_case_whose_key_is_unset_errors(tmp_path, monkeypatch):
+    monkeypatch.delenv(KEY_VAR, raising=False)
+    routed_plan(tmp_path)
+    path = suite_file(tmp_path, "  - {name: live, plan: plan.yml}\n"
+                                "  - {name: expected, plan: plan.yml, expect: {outcome: provider_error}}\n")
+    tests, summary = run([path], settings(tmp_path))
+    assert [t["status"] for t in tests] == ["error", "pass"]
+    (why,) = tests[0]["failures"]
+    assert why["expect"] == "run" and KEY_VAR in why["got"] and "not set" in why["got"]
+    assert (summary["passed"], summary["errors"]) == (1, 1)
