@@ -72,6 +72,7 @@ class ClientCredentials(httpx2.Auth):
         self._endpoint: str | None = cc.token_url
         self._token: str | None = None
         self._expires_at: float | None = None
+        self._spent: str | None = None  # a token just issued that the server refused: not asked again for it
         self._lock = anyio.Lock()
 
     # --- the flow httpx2 drives ------------------------------------------------------------------
@@ -93,7 +94,9 @@ class ClientCredentials(httpx2.Auth):
         response = yield request
         if response.status_code == 401:
             self.failure = f"{where(self.server_url)} answered HTTP 401 to a token just issued"
-            await self._forget(fresh)
+            self._spent = fresh
+            if self._endpoint is not None:  # the next run asks again; this session does not
+                mcp_tokens.drop_token(self._endpoint, self.client_id, fresh)
         elif response.status_code < 400:
             self.failure = None
 
@@ -116,6 +119,8 @@ class ClientCredentials(httpx2.Auth):
         async with self._lock:
             if self._token is not None and self._token != sent and self._usable():
                 return self._token  # another request got one meanwhile
+            if sent is not None and sent == self._spent:
+                return None  # refused as soon as it was issued: another would be too
             if sent is not None:
                 self._drop(sent)
             endpoint = self._endpoint or mcp_tokens.cached_endpoint(self.server_url)
@@ -127,10 +132,6 @@ class ClientCredentials(httpx2.Auth):
             if sent is None and self._from_file(endpoint):
                 return self._token
             return await self._fetch(endpoint)
-
-    async def _forget(self, token: str) -> None:
-        async with self._lock:
-            self._drop(token)
 
     # --- tokens ----------------------------------------------------------------------------------
     def _usable(self) -> bool:
