@@ -292,3 +292,147 @@ def test_the_cli_end_to_end_hides_the_secret_and_every_token(cli, tmp_path, serv
     (warning,) = [f for f in json.loads(lint.stdout) if f["code"] == "TL313"]
     assert warning["level"] == "warning"
     assert "TICKETS_CLIENT_ID and TICKETS_CLIENT_SECRET" in warning["message"]
+    # with a toolloop.lock, validate skips the server's lock check, saying which variable it lacks
+    locked = cli("lock", "reg.yml", env=ENV)
+    assert locked.returncode == 0, locked.stderr.decode()
+    lint = cli("validate", "reg.yml", "--format", "json", env={"TICKETS_CLIENT_ID": CLIENT_ID})
+    assert lint.returncode == 0, lint.stdout.decode() + lint.stderr.decode()
+    (warning,) = json.loads(lint.stdout)
+    assert warning["code"] == "TL313" and warning["level"] == "warning"
+    assert "not checked: the environment variable TICKETS_CLIENT_SECRET" in warning["message"]
+
+
+# ------------------------------------------------------------------------------------- the rules
+
+
+@pytest.mark.parametrize("mcp, message", [
+    ('{command: [srv], allow: [x], auth: {client_credentials: {client_id_env: A, client_secret_env: B}}}',
+     "mcp.auth of tool 't' applies to a server reached by 'url'"),
+    ('{url: "http://127.0.0.1:1/mcp", headers_env: {authorization: TOKEN}, allow: [x],'
+     ' auth: {client_credentials: {client_id_env: A, client_secret_env: B}}}',
+     "mcp.auth and the Authorization header of mcp.headers_env of tool 't' both set the Authorization header"),
+    ('{url: "http://127.0.0.1:1/mcp", allow: [x], auth: {client_credentials: {client_id_env: A,'
+     ' client_secret_env: "hunter2 secret"}}}',
+     "mcp.auth.client_credentials.client_secret_env of tool 't' must name an environment variable"),
+    ('{url: "http://127.0.0.1:1/mcp", allow: [x], auth: {client_credentials: {client_id_env: A,'
+     ' client_secret_env: B, token_url: "http://auth.example.com/token"}}}',
+     "mcp.auth.client_credentials.token_url of tool 't' must be an https:// address (or http:// on loopback)"),
+    ('{url: "http://mcp.example.com/mcp", allow: [x], auth: {client_credentials: {client_id_env: A,'
+     ' client_secret_env: B}}}',
+     "mcp.url of tool 't' must be an https:// address (or http:// on loopback) when mcp.auth is set"),
+])
+def test_an_auth_block_that_cannot_be_used_safely_is_a_finding(tmp_path, mcp, message):
+    from toolloop_cli.contract.registry import load_registry
+
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        subagents:
+          w:
+            runner_defaults: {{tool_timeout_s: 5}}
+            tools:
+              t:
+                mcp: {mcp}
+                effect: read
+    """)
+    contract, problems = load_registry(tmp_path / "reg.yml")
+    assert contract is None
+    (finding,) = problems
+    assert finding.code == "TL317" and message in finding.message, finding
+
+
+def test_usable_auth_blocks_load_and_make_servers_of_their_own(tmp_path):
+    from toolloop_cli.contract.mcp import server_key
+    from toolloop_cli.contract.registry import load_registry
+
+    auth = "auth: {client_credentials: {client_id_env: A, client_secret_env: B, scope: %s}}"
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        subagents:
+          w:
+            runner_defaults: {{tool_timeout_s: 5}}
+            tools:
+              a: {{mcp: {{url: "https://mcp.example.com/mcp", allow: [x], {auth % "read"}}}, effect: read}}
+              b: {{mcp: {{url: "https://mcp.example.com/mcp", allow: [y], {auth % "write"}}}, effect: read}}
+              c: {{mcp: {{url: "http://[::1]:8/mcp", allow: [z], {auth % "read"}}}, effect: read}}
+    """)
+    contract, problems = load_registry(tmp_path / "reg.yml")
+    assert contract is not None, problems
+    tools = contract.subagents["w"].tools
+    # credentials asked with another scope are another session with the server
+    assert server_key(tools["a"].mcp) != server_key(tools["b"].mcp)
+
+
+def test_the_client_secret_and_known_tokens_are_run_secrets_and_new_tokens_reach_live_runs(tmp_path, monkeypatch):
+    from toolloop_cli.contract import mcp_tokens
+    from toolloop_cli.contract.registry import load_registry
+    from toolloop_cli.engine.redact import RunSecrets, run_credentials
+
+    registry(tmp_path, "http://127.0.0.1:1/mcp")
+    contract, problems = load_registry(tmp_path / "reg.yml")
+    assert contract is not None, problems
+    found = run_credentials(contract, ENV)
+    assert SECRET in found and CLIENT_ID not in found  # the id names the client; the secret is one
+    secrets = RunSecrets(found)
+    mcp_tokens.learn("http://127.0.0.1:1/mcp", CLIENT_ID, "tok-learnt-during-the-run-3f9a")
+    assert "tok-learnt-during-the-run-3f9a" in secrets.values()
+    assert secrets.text("sent tok-learnt-during-the-run-3f9a") == "sent [REDACTED]"
+    assert "tok-learnt-during-the-run-3f9a" in run_credentials(contract, ENV)  # a later run knows it too
+
+
+class Refusal:
+    """A server's 401 as the flow sees it (only its headers are read)."""
+
+    def __init__(self, challenge: str):
+        import httpx2
+
+        self.status_code = 401
+        self.headers = httpx2.Headers({"www-authenticate": challenge})
+
+
+@pytest.mark.parametrize("challenge, said", [
+    ('Bearer resource_metadata="http://metadata.example.com/prm"',
+     "the server's resource_metadata http://metadata.example.com:80 is neither HTTPS nor loopback: not followed"),
+])
+def test_discovery_never_follows_plain_http_off_loopback(challenge, said):
+    import trio
+
+    from toolloop_cli.contract.mcp_auth import ClientCredentials
+    from toolloop_cli.contract.models import McpDecl
+
+    decl = McpDecl.model_validate({"url": "https://mcp.example.com/mcp", "allow": ["x"], "auth": {
+        "client_credentials": {"client_id_env": "TICKETS_CLIENT_ID", "client_secret_env": "TICKETS_CLIENT_SECRET"}}})
+    auth = ClientCredentials(decl, ENV)
+    assert trio.run(auth._discover, Refusal(challenge)) is None
+    assert auth.failure == said
+
+
+def test_documents_naming_plain_http_elsewhere_are_not_used(creds, monkeypatch):
+    """The loopback server's metadata names an authorization server, then a token endpoint, on
+    plain HTTP off loopback: discovery stops there and sends nothing to it."""
+    import trio
+
+    from toolloop_cli.contract import mcp_auth
+    from toolloop_cli.contract.models import McpDecl
+
+    async def documents(client, urls, needs, tried):
+        return answers[needs]
+
+    decl = McpDecl.model_validate({"url": "http://127.0.0.1:1/mcp", "allow": ["x"], "auth": {
+        "client_credentials": {"client_id_env": "TICKETS_CLIENT_ID", "client_secret_env": "TICKETS_CLIENT_SECRET"}}})
+    for answers, said in [
+        ({"authorization_servers": {"authorization_servers": ["http://auth.example.com"]}},
+         "the authorization server http://auth.example.com:80 is neither HTTPS nor loopback: not used"),
+        ({"authorization_servers": {"authorization_servers": ["http://127.0.0.1:2"]},
+          "token_endpoint": {"issuer": "http://127.0.0.1:2", "token_endpoint": "http://auth.example.com/token"}},
+         "the token endpoint http://auth.example.com:80 is neither HTTPS nor loopback: the client secret is not sent"
+         " there"),
+        ({"authorization_servers": {"resource": "http://127.0.0.1:1/other", "authorization_servers": ["x"]}},
+         "the protected resource metadata of http://127.0.0.1:1 is for another resource"),
+        ({"authorization_servers": {"authorization_servers": ["http://127.0.0.1:2"]},
+          "token_endpoint": {"issuer": "http://127.0.0.1:3", "token_endpoint": "http://127.0.0.1:2/token"}},
+         "the authorization server metadata at http://127.0.0.1:2 names another issuer"),
+    ]:
+        auth = mcp_auth.ClientCredentials(decl)
+        monkeypatch.setattr(mcp_auth, "_first_document", documents)
+        assert trio.run(auth._discover, Refusal("Bearer")) is None
+        assert auth.failure == said
