@@ -436,3 +436,31 @@ def test_documents_naming_plain_http_elsewhere_are_not_used(creds, monkeypatch):
         monkeypatch.setattr(mcp_auth, "_first_document", documents)
         assert trio.run(auth._discover, Refusal("Bearer")) is None
         assert auth.failure == said
+
+
+def test_of_several_authorization_servers_the_first_listed_is_used(creds, monkeypatch, tmp_path):
+    import trio
+
+    from toolloop_cli.contract import mcp_auth, mcp_tokens
+    from toolloop_cli.contract.models import McpDecl
+
+    asked: list[list[str]] = []
+
+    async def documents(client, urls, needs, tried):
+        asked.append(urls)
+        if needs == "authorization_servers":
+            return {"resource": "http://127.0.0.1:1/", "authorization_servers": [
+                "https://first.example.com/tenant", "https://second.example.com"]}
+        return {"issuer": "https://first.example.com/tenant", "token_endpoint": "https://first.example.com/token"}
+
+    monkeypatch.setattr(mcp_auth, "_first_document", documents)
+    monkeypatch.setattr(mcp_tokens, "_folder", tmp_path / "state")
+    decl = McpDecl.model_validate({"url": "http://127.0.0.1:1/mcp", "allow": ["x"], "auth": {
+        "client_credentials": {"client_id_env": "TICKETS_CLIENT_ID", "client_secret_env": "TICKETS_CLIENT_SECRET"}}})
+    auth = mcp_auth.ClientCredentials(decl)
+    assert trio.run(auth._discover, Refusal("Bearer")) == "https://first.example.com/token"
+    assert asked[1] == ["https://first.example.com/.well-known/oauth-authorization-server/tenant",
+                        "https://first.example.com/.well-known/openid-configuration/tenant",
+                        "https://first.example.com/tenant/.well-known/openid-configuration"]
+    assert auth.resource == "http://127.0.0.1:1/"  # the resource the metadata names (a parent of the server's)
+    assert mcp_tokens.cached_endpoint("http://127.0.0.1:1/mcp") == "https://first.example.com/token"

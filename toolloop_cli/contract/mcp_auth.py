@@ -188,7 +188,8 @@ class ClientCredentials(httpx2.Auth):
         mcp_tokens.keep_token(endpoint, self.client_id, self.resource, self.scope, token, expires_at)
         return token
 
-    def _failed(self, why: str) -> None:
+    def _failed(self, why: str) -> str | None:
+        """No token: ``why`` kept as ``failure``, None for the caller to return."""
         self.failure = why
         return None
 
