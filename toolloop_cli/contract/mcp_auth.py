@@ -82,7 +82,7 @@ class ClientCredentials(httpx2.Auth):
             request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
         if response.status_code != 401:
-            if token is not None and response.status_code < 400:
+            if response.status_code < 400:
                 self.failure = None
             return
         if failed:
