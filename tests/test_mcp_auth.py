@@ -228,6 +228,18 @@ def test_a_failing_token_endpoint_is_an_error_receipt_naming_scheme_host_port_an
     assert [r["status"] for r in run(tmp_path, [{"tool": "tickets", "args": {"text": "y"}}], "p2.yml")] == ["ok"]
 
 
+def test_a_token_endpoint_failing_when_admission_lists_the_server_refuses_the_plan(tmp_path, server, creds):
+    from toolloop_cli.errors import ConfigError
+
+    server.change(fail=500)
+    registry(tmp_path, server.url)
+    with pytest.raises(ConfigError) as refused:
+        Launch(tmp_path / "state").admit(plan(tmp_path, [echo("x")]), RunOptions())
+    assert {p.code for p in refused.value.problems} == {"TL313"}
+    said = f"the token endpoint http://127.0.0.1:{server.port} answered HTTP 500 Internal Server Error"
+    assert all(said in p.message and SECRET not in p.message for p in refused.value.problems)
+
+
 def test_a_token_endpoint_failing_during_a_run_fails_that_call_and_not_the_session(tmp_path, server, creds):
     registry(tmp_path, server.url)
     receipts = run(tmp_path, [
