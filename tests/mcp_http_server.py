@@ -115,6 +115,7 @@ def main() -> None:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
+    sock.listen(64)  # before the port is said: a client may connect at once
     app = require_header(server.streamable_http_app())
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     print(sock.getsockname()[1], flush=True)

@@ -21,14 +21,17 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from .._canonical import sha256_of
 from .._secrets import Scrubber, credential_parts
 from .._text import listing, quoted
 from .compiled import SubagentSpec, ToolSpec
+from .mcp_tokens import unset_variables
 from .problems import Collector, Problem
 from .schemas import check_refs, compile_validator, meta_errors
 
@@ -54,7 +57,9 @@ def client_missing() -> str | None:
 def server_key(decl: Any) -> tuple:
     """One server per distinct command line and environment, or address and headers."""
     if decl.url is not None:
-        return ("url", decl.url, tuple(sorted(decl.headers_env.items())))
+        key = ("url", decl.url, tuple(sorted(decl.headers_env.items())))
+        auth = getattr(decl, "auth", None)
+        return key if auth is None else key + (json.dumps(auth.model_dump(mode="json"), sort_keys=True),)
     return (tuple(decl.command), tuple(sorted(decl.env.items())), tuple(decl.pass_env))
 
 
@@ -95,12 +100,16 @@ def headers(decl: Any, environ: Mapping[str, str] | None = None) -> dict[str, st
 
 def secrets(decls: Iterable[Any], environ: Mapping[str, str] | None = None) -> list[str]:
     """The values these servers get from toolloop's environment (HTTP headers, ``pass_env``
-    variables), hidden wherever they would be written; for a credential such as ``Bearer TOKEN``
-    the token alone too, which a careless server may quote."""
+    variables, client secrets) and the tokens they were sent, hidden wherever they would be
+    written; for a credential such as ``Bearer TOKEN`` the token alone too, which a careless
+    server may quote."""
+    from .mcp_tokens import secrets as client_secrets
+
     environ = os.environ if environ is None else environ
-    names = [var for d in decls if d is not None
-             for var in (d.headers_env.values() if d.url is not None else d.pass_env)]
-    return [part for var in names if environ.get(var) for part in credential_parts(environ[var])]
+    decls = [d for d in decls if d is not None]
+    names = [var for d in decls for var in (d.headers_env.values() if d.url is not None else d.pass_env)]
+    return [part for var in names if environ.get(var) for part in credential_parts(environ[var])] \
+        + client_secrets([d for d in decls if d.url is not None], environ)
 
 
 def check_declaration(tid: str, m: Any, where: tuple, col: Collector) -> None:
@@ -138,6 +147,38 @@ def check_declaration(tid: str, m: Any, where: tuple, col: Collector) -> None:
             col.add("TL317", f"mcp.pass_env of tool {quoted(tid)} names {quoted(name)} twice", where + ("pass_env", i),
                     "list each variable once")
         seen.add(name)
+    if m.auth is not None:
+        _check_auth(tid, m, where + ("auth",), col)
+
+
+def _check_auth(tid: str, m: Any, where: tuple, col: Collector) -> None:
+    """TL317: client credentials on a stdio server, beside an ``Authorization`` header of
+    ``headers_env``, naming something that is not a variable, or sent where plain HTTP leaves
+    this machine."""
+    from .mcp_tokens import may_send
+
+    cc = m.auth.client_credentials
+    at = where + ("client_credentials",)
+    if m.url is None:
+        col.add("TL317", f"mcp.auth of tool {quoted(tid)} applies to a server reached by 'url'", where,
+                "a server started with 'command' gets its credentials through env: and pass_env:", at_key=True)
+        return
+    if any(name.lower() == "authorization" for name in m.headers_env):
+        col.add("TL317", f"mcp.auth and the Authorization header of mcp.headers_env of tool {quoted(tid)} both set"
+                " the Authorization header", where, "keep one of them: auth asks for tokens itself", at_key=True)
+    for key in ("client_id_env", "client_secret_env"):
+        name = getattr(cc, key)
+        if not _ENV_NAME.fullmatch(name):
+            col.add("TL317", f"mcp.auth.client_credentials.{key} of tool {quoted(tid)} must name an environment"
+                    " variable, not hold a value", at + (key,), f"write e.g. {key}: TICKETS_CLIENT_"
+                    f"{'ID' if key == 'client_id_env' else 'SECRET'} and export the value in that variable")
+    if cc.token_url is not None and not may_send(cc.token_url):
+        col.add("TL317", f"mcp.auth.client_credentials.token_url of tool {quoted(tid)} must be an https:// address"
+                " (or http:// on loopback)", at + ("token_url",), "the client secret is never sent over plain HTTP"
+                " to another machine")
+    if m.url.startswith("http://") and not may_send(m.url):
+        col.add("TL317", f"mcp.url of tool {quoted(tid)} must be an https:// address (or http:// on loopback) when"
+                " mcp.auth is set", where[:-1] + ("url",), "a token is never sent over plain HTTP to another machine")
 
 
 def hide(text: str, values: Iterable[str]) -> str:
@@ -247,13 +288,61 @@ def _wanted(sub: SubagentSpec, locked: Mapping[str, str] | None, hashes: dict[st
 
 
 def servers_to_list(sub: SubagentSpec, *, locked: Mapping[str, str] | None = None, hashes: bool = False) -> list[Any]:
-    """The declarations of the servers ``resolve_server_tools`` will need listed, one per server."""
+    """The declarations of the servers ``resolve_server_tools`` will need listed, one per server
+    (not those whose client-credential variables are unset: they are findings)."""
     if client_missing() is not None:
         return []
     decls: dict[tuple, Any] = {}
     for t in _wanted(sub, locked, {} if hashes else None):
-        decls.setdefault(server_key(t.mcp), t.mcp)
+        if not unset_variables(t.mcp):
+            decls.setdefault(server_key(t.mcp), t.mcp)
     return list(decls.values())
+
+
+#: set while ``validate`` checks files, which does not need client-credential variables: a server
+#: whose variables are unset is then left unchecked with a warning instead of refused
+_CREDENTIALS_OPTIONAL: ContextVar[bool] = ContextVar("toolloop_mcp_credentials_optional", default=False)
+
+
+@contextmanager
+def credentials_optional() -> Iterator[None]:
+    """Within: MCP servers whose client-credential variables are unset are skipped with a warning."""
+    token = _CREDENTIALS_OPTIONAL.set(True)
+    try:
+        yield
+    finally:
+        _CREDENTIALS_OPTIONAL.reset(token)
+
+
+def _unset_credentials(sub: SubagentSpec, wanted: list[ToolSpec]) -> tuple[set[tuple], list[Problem]]:
+    """The servers (keys) whose client-credential variables are unset, and the findings: for a run,
+    an error for each MCP tool of ``sub`` whose server has one unset (exit 3 at admission); while
+    validating, a warning for each such server that was to be listed."""
+    optional = _CREDENTIALS_OPTIONAL.get()
+    keys: set[tuple] = set()
+    problems: list[Problem] = []
+    for t in (wanted if optional else [t for t in sub.tools.values() if t.kind == "mcp"]):
+        names = unset_variables(t.mcp)
+        if not names:
+            continue
+        key = server_key(t.mcp)
+        again = key in keys
+        keys.add(key)
+        if optional and again:  # one warning for each server
+            continue
+        said = " and ".join(names)
+        verb = "is" if len(names) == 1 else "are"
+        if optional:
+            problems.append(replace(_problem(
+                t, f"MCP server {quoted(server_name(t.mcp))} was not checked: the environment variable{'s' * (len(names) > 1)}"
+                   f" {said} (mcp.auth.client_credentials) {verb} not set",
+                f"export {said} to check the server's tools"), level="warning"))
+        else:
+            problems.append(_problem(
+                t, f"tool {quoted(t.id)} needs the environment variable{'s' * (len(names) > 1)} {said}"
+                   f" (mcp.auth.client_credentials of MCP server {quoted(server_name(t.mcp))}), which {verb} not set",
+                f"export {said} before running the plan"))
+    return keys, problems
 
 
 def resolve_server_tools(sub: SubagentSpec, servers: Listing, *, locked: Mapping[str, str] | None = None,
@@ -264,18 +353,19 @@ def resolve_server_tools(sub: SubagentSpec, servers: Listing, *, locked: Mapping
     receives every listed tool's schema hash. Nothing is started or changed here: a server
     ``servers`` lacks raises ``ServersNeeded``."""
     wanted = _wanted(sub, locked, hashes)
+    unset, problems = _unset_credentials(sub, wanted)
+    wanted = [t for t in wanted if server_key(t.mcp) not in unset]
     if not wanted:
-        return sub, []
+        return sub, problems
     if client_missing() is not None:
-        return sub, [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not installed",
-                              INSTALL_LINE) for t in wanted]
+        return sub, problems + [_problem(t, f"tool {quoted(t.id)} comes from an MCP server, and the MCP client is not"
+                                            " installed", INSTALL_LINE) for t in wanted]
     by_server: dict[tuple, list[ToolSpec]] = {}
     for t in wanted:
         by_server.setdefault(server_key(t.mcp), []).append(t)
     needed = [tools[0].mcp for key, tools in by_server.items() if key not in servers]
     if needed:
         raise ServersNeeded(needed)
-    problems: list[Problem] = []
     filled: dict[str, ToolSpec] = {}
     for key, tools in by_server.items():
         offered = servers[key]

@@ -203,6 +203,7 @@ class Server:
         self.session: Any = None
         self.tools: dict[str, Any] | None = None  # tools/list, read once
         self.http_status: tuple[int, str] | None = None  # the server's last 401 or 403
+        self.auth: Any = None  # its client credentials (``mcp_auth.ClientCredentials``), when it has some
         self.tail = ""  # the last of what a stdio server wrote on its standard error
         self.ended = False
         self._closing: Any = None
@@ -245,8 +246,14 @@ class Server:
                 # the SDK says "Server returned an error response" for a refusal: keep what it was
                 if response.status_code in (401, 403):
                     self.http_status = (response.status_code, response.reason_phrase or "")
+                elif response.status_code < 400:  # a refusal the client credentials got past
+                    self.http_status = None
 
-            client = create_mcp_http_client(headers=headers(decl))
+            if decl.auth is not None:
+                from .mcp_auth import ClientCredentials
+
+                self.auth = ClientCredentials(decl)  # McpConfigError when a variable is unset
+            client = create_mcp_http_client(headers=headers(decl), auth=self.auth)
             client.event_hooks = {"request": [], "response": [note]}
             async with client:
                 async with streamable_http_client(decl.url, http_client=client) as streams:
@@ -292,6 +299,8 @@ class Server:
             text = f"it did not {doing} within {START_TIMEOUT_S:g}s"
         elif isinstance(first, McpConfigError):
             text = str(first)
+        elif self.auth is not None and self.auth.failure is not None:
+            text = self.auth.failure
         elif self.http_status is not None:
             from urllib.parse import urlsplit
 

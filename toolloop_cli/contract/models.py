@@ -30,11 +30,26 @@ class ApprovalDecl(Closed):
     when: StrictStr
 
 
+class ClientCredentialsDecl(Closed):
+    """The OAuth client-credentials grant for an MCP server over HTTP: the client id and secret
+    are read from the named environment variables (the secret's value, and every token it
+    yields, are secrets); without ``token_url`` the token endpoint is discovered from the server."""
+
+    token_url: Optional[StrictStr] = None
+    client_id_env: StrictStr
+    client_secret_env: StrictStr
+    scope: Optional[StrictStr] = None
+
+
+class McpAuthDecl(Closed):
+    client_credentials: ClientCredentialsDecl
+
+
 class McpDecl(Closed):
     """An MCP server: over stdio (``command``, ``env``: literal values, ``pass_env``: names of
     variables handed through from toolloop's environment, their values secrets) or Streamable HTTP
-    (``url``, ``headers_env``: header name -> the environment variable holding its value); exactly
-    one of the two."""
+    (``url``, ``headers_env``: header name -> the environment variable holding its value, ``auth``:
+    how it is authenticated); exactly one of the two."""
 
     command: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
     env: dict[str, StrictStr] = {}
@@ -43,6 +58,7 @@ class McpDecl(Closed):
     headers_env: dict[str, StrictStr] = {}
     allow: Annotated[list[StrictStr], Field(min_length=1)]
     trusted: StrictBool = False  # take the server's tool annotations as the default effect
+    auth: Optional[McpAuthDecl] = None  # with url: OAuth client credentials (contract/mcp_auth.py)
 
 
 class SandboxDecl(Closed):

@@ -91,6 +91,9 @@ class Launch:
 
     def __init__(self, state_dir: str | os.PathLike[str] | None = None):
         self.state_dir = os.fspath(state_dir) if state_dir is not None else None
+        from ..contract.mcp_tokens import use_state_folder
+
+        use_state_folder(self.state_dir)  # where MCP servers' client-credential tokens are kept
         self.store: Any = None
         #: the run started, resumed or replayed, once known (a rejected resume or replay names it)
         self.run_id: str | None = None

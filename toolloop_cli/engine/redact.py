@@ -126,20 +126,24 @@ def _leaves(value: Any, found: list[str]) -> None:
 
 class RunSecrets:
     """The secret values of one run that no pointer reaches, scrubbed from every record it writes:
-    the credentials it read (model keys, MCP header values and tokens) and, in a routed run, the
-    redacted values the model proposed (it may repeat them anywhere later). It only grows."""
+    the credentials it read (model keys, MCP header values, client secrets and the tokens they
+    yield, told as they come) and, in a routed run, the redacted values the model proposed (it
+    may repeat them anywhere later). It only grows."""
 
-    __slots__ = ("_values", "_scrubber")
+    __slots__ = ("_values", "_scrubber", "__weakref__")
 
     def __init__(self, values: Iterable[Any] = ()):
+        from ..contract.mcp_tokens import watch
+
         self._values: set[str] = set()
         self._scrubber: Scrubber | None = None
         self.add(values)
+        watch(self)  # tokens an MCP server's client credentials yield while the run goes
 
     def add(self, values: Iterable[Any]) -> None:
         new = {v for v in values if isinstance(v, str) and v and v != REDACTED} - self._values
         if new:
-            self._values |= new
+            self._values = self._values | new  # a new set: another thread may be reading the old one
             self._scrubber = None
 
     def __bool__(self) -> bool:

@@ -211,6 +211,12 @@ class Checker:
         self._add(load_suite(path)[1])
 
     def check(self, targets: list[Target]) -> Report:
+        from ..contract.mcp import credentials_optional
+
+        with credentials_optional():  # validate does not need MCP client-credential variables set
+            return self._check(targets)
+
+    def _check(self, targets: list[Target]) -> Report:
         for t in targets:
             if t.kind == "registry":
                 self.registry(t.path)

@@ -463,6 +463,7 @@ def _resolve_mcp_tools(contract: Contract, sub: SubagentSpec, col: Collector, se
     filled, server_problems = resolve_server_tools(sub, servers, locked=read_locked_hashes(contract.file))
     if any(p.level == "error" for p in server_problems):
         raise ConfigError(col.problems + server_problems)
+    col.problems.extend(server_problems)  # warnings (a server validate could not check)
     if filled is sub:
         return contract, sub
     return replace(contract, subagents={**contract.subagents, sub.id: filled}), filled

@@ -60,7 +60,7 @@ class McpSessions:
         except Exception as exc:
             if not server.alive or await mcp_servers.gone(server):
                 raise McpError(server.stopped()) from None
-            if server.http_status is not None:
+            if server.http_status is not None or (server.auth is not None and server.auth.failure is not None):
                 raise McpError(server.why(exc, "answer")) from None
             said = f"{type(exc).__name__}: {exc}"
             if hidden and hide(said, hidden) != said:  # never let a secret through, however it is quoted
