@@ -85,6 +85,7 @@ CODES: dict[str, str] = {
     "TL421": "replay fixture line is not a model answer",
     "TL422": "child plan rejected, not routed, carries its own context, or nests past max_depth",
     "TL423": "plan uses a tool whose sandbox cannot be made (none on this machine, or --executor ray)",
+    "TL430": "routed plan: taint.on_write: allow with an untrusted tool and a write or destructive tool allowed",
 }
 
 
@@ -160,6 +161,7 @@ FIXES: dict[str, str] = {
     "TL421": "Use the JSON Lines written by `toolloop runs export RUN_ID` as the fixture.",
     "TL422": "Fix the child plan (its own findings follow), make it `mode: routed` without `context:` (its parent supplies it), or raise the top plan's subagent `runner_defaults.max_depth`.",
     "TL423": "Make the sandbox possible here (see TL380: install bubblewrap, allow user namespaces), set `sandbox: {required: false}` on the tool, or run with `--executor local` instead of Ray.",
+    "TL430": "Set `taint: {on_write: approve}` (the default: a person answers each write proposed after untrusted content) or `deny`, or keep untrusted tools and write tools out of the same `allowed_tools`.",
 }
 
 
