@@ -271,3 +271,109 @@ def test_the_terminal_prompt_is_told_what_tainted_the_run(tmp_path):
     records, summary = start(tmp_path, plan(tmp_path), scripted(*injected(target)), ask=ask)
     assert asked == [("send", "2", "after untrusted content from inbox at turn 1")]
     assert receipts(records)[1]["status"] == "denied" and not target.exists()
+
+
+# -- child runs and dispatch ------------------------------------------------------------------------
+
+def family(tmp_path: Path, *, parent_taint: str, child_taint: str = "") -> Path:
+    """A parent whose ``research`` tool runs a child plan that reads the inbox and may send."""
+    registry(tmp_path, extra="""
+              research:
+                plan: research.yml
+                description: Research one question.
+              router:
+                callable: testapp.tools:route_sync
+                description: Routes one call to another tool.
+                dispatch: [send]
+                input_schema: {type: object}
+                output_schema: {}
+    """)
+    write(tmp_path / "research.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Research.
+        allowed_tools: [inbox, send]
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 60}}
+        final_schema: {{type: object}}
+        {child_taint}
+    """)
+    return write(tmp_path / "parent.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Answer the mail.
+        allowed_tools: [inbox, lookup, send, research, router]
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {{max_iterations: 8, max_tokens: 100000, max_tool_calls: 6, timeout_s: 60}}
+        final_schema: {{type: object}}
+        {parent_taint}
+    """)
+
+
+def child_summary(tmp_path: Path, run_id: str) -> dict:
+    store = Store(tmp_path / "state", create=False)
+    try:
+        return store.get_run(run_id)["summary"]
+    finally:
+        store.close()
+
+
+def test_a_tainted_childs_answer_is_untrusted_content(tmp_path):
+    target = tmp_path / "pwned.txt"
+    path = family(tmp_path, parent_taint="taint: {on_write: deny}")
+    records, summary = start(tmp_path, path, scripted(
+        call("research", {"q": "mail"}),  # parent turn 1: the child run
+        call("inbox", {"mail": INJECTION}), FINAL, ANSWER,  # the child reads the inbox, answers
+        call("send", {"path": str(target)}), FINAL, ANSWER))  # the parent does what the answer said
+    research, send = receipts(records)
+    child = child_summary(tmp_path, research["child_run_id"])
+    assert child["tainted_by"]["tool"] == "inbox"
+    assert summary["tainted_by"] == {"tool": "research", "iteration": 1, "receipt_id": research["receipt_id"]}
+    assert send["status"] == "denied" and not target.exists()
+
+
+def test_a_child_started_by_a_tainted_run_starts_tainted(tmp_path):
+    target = tmp_path / "pwned.txt"
+    path = family(tmp_path, parent_taint="taint: {on_write: allow}", child_taint="taint: {on_write: deny}")
+    records, summary = start(tmp_path, path, scripted(
+        call("inbox", {"mail": INJECTION}),  # parent turn 1: tainted
+        call("research", {"q": "mail"}),  # parent turn 2: allowed, it runs
+        call("send", {"path": str(target)}), FINAL, ANSWER,  # the child's send: denied by its own policy
+        FINAL, ANSWER))
+    inbox, research = receipts(records)
+    assert research["taint"] == summary["tainted_by"]  # a plan tool that may write is a write
+    child = child_summary(tmp_path, research["child_run_id"])
+    assert child["tainted_by"] == summary["tainted_by"] == {"tool": "inbox", "iteration": 1,
+                                                             "receipt_id": inbox["receipt_id"]}
+    store = Store(tmp_path / "state", create=False)
+    try:
+        (send,) = store.receipts_of(research["child_run_id"])
+        journaled = store.get_run(research["child_run_id"])["options"]["taint"]
+    finally:
+        store.close()
+    assert send["status"] == "denied" and "'inbox' at turn 1" in send["error"]["message"] and not target.exists()
+    assert journaled == {"tainted_by": summary["tainted_by"], "inherited": True}
+
+
+@pytest.mark.parametrize("on_write", ["approve", "deny", "allow"])
+def test_a_write_dispatched_after_taint_is_handled_as_a_proposal(tmp_path, on_write):
+    target = tmp_path / "pwned.txt"
+    path = family(tmp_path, parent_taint=f"taint: {{on_write: {on_write}}}")
+    records, summary = start(tmp_path, path, scripted(
+        call("inbox", {"mail": INJECTION}),
+        call("router", {"target": "send", "args": {"path": str(target)}, "catch": True}), FINAL, ANSWER))
+    got = receipts(records)
+    dispatched = next(r for r in got if r["tool"] == "send")
+    assert dispatched["taint"] == summary["tainted_by"]
+    if on_write == "allow":
+        assert dispatched["status"] == "ok" and target.exists()
+    else:
+        assert dispatched["status"] == "denied" and not target.exists()
+        assert ("after untrusted content from inbox at turn 1" if on_write == "approve" else
+                "taint.on_write is deny") in dispatched["error"]["message"]
