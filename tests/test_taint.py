@@ -377,3 +377,64 @@ def test_a_write_dispatched_after_taint_is_handled_as_a_proposal(tmp_path, on_wr
         assert dispatched["status"] == "denied" and not target.exists()
         assert ("after untrusted content from inbox at turn 1" if on_write == "approve" else
                 "taint.on_write is deny") in dispatched["error"]["message"]
+
+
+# -- declarations: what is untrusted, where taint may be written, what validate says -----------------
+
+def test_which_tools_are_untrusted(tmp_path):
+    from toolloop_cli.contract.registry import load_registry
+
+    server = "mcp: {command: [no-such-server], allow: [x]}"
+    trusted = "mcp: {command: [no-such-server], allow: [x], trusted: true}"
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{tool_timeout_s: 10}}
+            tools:
+              plain: {{callable: testapp.tools:echo, description: d, input_schema: {{}}, output_schema: {{}}}}
+              mail: {{callable: testapp.tools:echo, description: d, input_schema: {{}}, output_schema: {{}},
+                     output_trust: untrusted}}
+              mcp_default: {{{server}, effect: read}}
+              mcp_trusted_server: {{{trusted}}}
+              mcp_said_trusted: {{{server}, effect: read, output_trust: trusted}}
+              mcp_said_untrusted: {{{trusted}, output_trust: untrusted}}
+    """)
+    contract, problems = load_registry(tmp_path / "reg.yml")
+    assert not [p for p in problems if p.level == "error"], problems
+    trust = {tid: t.output_trust for tid, t in contract.subagents["t"].tools.items()}
+    assert trust == {"plain": "trusted", "mail": "untrusted", "mcp_default": "untrusted",
+                     "mcp_trusted_server": "trusted", "mcp_said_trusted": "trusted",
+                     "mcp_said_untrusted": "untrusted"}
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_taint_in_a_batch_plan_is_an_admission_error(tmp_path, mode):
+    from toolloop_cli.errors import ConfigError
+    from toolloop_cli.plan.admit import admit_plan
+
+    registry(tmp_path)
+    body = ("calls: [{tool: lookup, args: {}}]" if mode == "sequential" else
+            "max_concurrency: 1\nlanes: [{item_key: a, calls: [{tool: lookup, args: {}}]}]")
+    path = write(tmp_path / "batch.yml", f"version: 1\nregistry: reg.yml\nsubagent: t\nmode: {mode}\n{body}\n"
+                                         "taint: {on_write: deny}\n")
+    with pytest.raises(ConfigError) as err:
+        admit_plan(path)
+    (problem,) = err.value.problems
+    assert problem.code == "TL205" and problem.level == "error"
+    assert problem.line == path.read_text().splitlines().index("taint: {on_write: deny}") + 1
+    assert problem.message == f"'taint' is not used in {mode} mode"
+
+
+def test_validate_warns_about_allow_with_an_untrusted_and_a_write_tool(tmp_path, cli):
+    plan(tmp_path, name="allow.yml", taint="taint: {on_write: allow}")
+    plan(tmp_path, name="reads.yml", taint="taint: {on_write: allow}", tools="[inbox, lookup]")
+    plan(tmp_path, name="approve.yml")
+    proc = cli("validate", "allow.yml", "reads.yml", "approve.yml", "--format", "json")
+    assert proc.returncode == 0, proc.stderr.decode()
+    findings = json.loads(proc.stdout)
+    assert [(f["code"], f["level"], f["file"], f["line"]) for f in findings] == [("TL430", "warning", "allow.yml", 11)]
+    assert findings[0]["message"] == ("taint.on_write: allow lets the model write with 'send' after reading untrusted"
+                                      " content from 'inbox'")
+    assert cli("validate", "allow.yml", "--strict").returncode == 1
