@@ -438,3 +438,66 @@ def test_validate_warns_about_allow_with_an_untrusted_and_a_write_tool(tmp_path,
     assert findings[0]["message"] == ("taint.on_write: allow lets the model write with 'send' after reading untrusted"
                                       " content from 'inbox'")
     assert cli("validate", "allow.yml", "--strict").returncode == 1
+
+
+# -- taint goes on from the journal ---------------------------------------------------------------
+
+def replayed(tmp_path: Path, run_id: str) -> tuple[list[dict], dict, list[str]]:
+    launch = Launch(tmp_path / "state")
+    sink = Records()
+    prepared = launch.replay(run_id)
+    result = launch.start(prepared, sink, handle_signals=False)
+    return sink.got, result.summary, launch.replay_differences(prepared, result)
+
+
+def test_a_replay_is_tainted_where_the_recording_was(tmp_path):
+    target = tmp_path / "pwned.txt"
+    path = plan(tmp_path, taint="taint: {on_write: deny}")
+    records, summary = start(tmp_path, path, scripted(*injected(target)))
+    again, replay, differs = replayed(tmp_path, summary["run_id"])
+    assert differs == [] and replay["tainted_by"] == summary["tainted_by"]
+    assert receipts(again)[1]["status"] == "denied" and receipts(again)[1]["taint"] == replay["tainted_by"]
+
+
+def test_a_resumed_run_stays_tainted_even_when_the_tool_is_trusted_now(tmp_path):
+    target = tmp_path / "pwned.txt"
+    records, summary = start(tmp_path, plan(tmp_path), scripted(*injected(target)))
+    assert summary["outcome"] == "paused"
+    store = Store(tmp_path / "state", create=False)
+    try:
+        assert store.get_run(summary["run_id"])["options"]["taint"] == {"tainted_by": summary["tainted_by"],
+                                                                       "inherited": False}
+    finally:
+        store.close()
+    # the inbox is declared trusted now: the journal still says what the model was shown
+    reg = tmp_path / "reg.yml"
+    reg.write_text(reg.read_text().replace("output_trust: untrusted", "output_trust: trusted"))
+    _records, again = resume(tmp_path, summary["run_id"], scripted(), accept_contract_change=True)
+    assert again["outcome"] == "paused" and again["tainted_by"] == summary["tainted_by"] and not target.exists()
+
+
+def test_a_tainted_child_resumed_on_its_own_stays_tainted(tmp_path):
+    from toolloop_cli.pending import pending_records
+
+    target = tmp_path / "pwned.txt"
+    path = family(tmp_path, parent_taint="taint: {on_write: allow}")
+    records, summary = start(tmp_path, path, scripted(
+        call("inbox", {"mail": INJECTION}), call("research", {"q": "mail"}),
+        call("send", {"path": str(target)})))  # the child's send waits for a person
+    assert summary["outcome"] == "paused" and not target.exists()
+    store = Store(tmp_path / "state", create=False)
+    try:
+        (request,) = pending_records(store)
+    finally:
+        store.close()
+    child = request["run_id"]
+    assert child != summary["run_id"] and request["tool"] == "send" and request["call_key"] == "1"
+    assert request["reason"] == "after untrusted content from inbox at turn 1"
+    assert request["taint"] == summary["tainted_by"]
+    # on its own, the child still waits: its taint comes from its journal, not from its parent
+    _records, alone = resume(tmp_path, child, scripted())
+    assert alone["outcome"] == "paused" and alone["tainted_by"] == summary["tainted_by"] and not target.exists()
+    answer(tmp_path, child, "1", "rejected", "no")
+    records, alone = resume(tmp_path, child, scripted(FINAL, ANSWER))
+    (send,) = receipts(records)
+    assert send["status"] == "denied" and send["taint"] == summary["tainted_by"] and not target.exists()

@@ -12,7 +12,8 @@ The fact is journaled: when it happens it is written among the run's options (``
 journal thread, in order with the run's records. A run that goes on from its journal (``resume``;
 ``replay`` and a fork, which walk the recorded turns; a child run resumed on its own) restores it:
 a child's inherited taint holds from its first turn, and a run's own is taken again when the walk
-reaches the turn and tool that caused it, even where the plan now trusts that tool. A child run
+reaches the turn and tool that caused it, even where the plan now trusts that tool, with the
+recorded ``tainted_by`` (so a replay names the receipt the recorded model was shown). A child run
 started by a tainted run starts tainted with its parent's ``tainted_by``; a child that becomes
 tainted tells its parent, whose model then reads the child's answer as untrusted.
 """
@@ -82,7 +83,10 @@ class RunTaint:
         untrusted = getattr(tool, "output_trust", "trusted") == "untrusted" or receipt.child_run_id in self._children
         if not (untrusted or again):
             return False
-        self.source = {"tool": tool.id, "iteration": iteration, "receipt_id": receipt.receipt_id}
+        # the journal's own words where it is restored: a replay's receipts and summary then name
+        # the recorded source, as its recorded receipts do
+        self.source = dict(recorded) if again and recorded is not None else {
+            "tool": tool.id, "iteration": iteration, "receipt_id": receipt.receipt_id}
         if self._journal is not None:
             self._journal(self.journal_form() or {})
         if self._parent is not None and self.run_id is not None:
