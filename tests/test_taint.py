@@ -501,3 +501,91 @@ def test_a_tainted_child_resumed_on_its_own_stays_tainted(tmp_path):
     records, alone = resume(tmp_path, child, scripted(FINAL, ANSWER))
     (send,) = receipts(records)
     assert send["status"] == "denied" and send["taint"] == summary["tainted_by"] and not target.exists()
+
+
+# -- what people see: the example plan on its replay fixture ----------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+INBOX = str(ROOT / "plans" / "inbox.yml")
+
+
+def on_a_terminal(tmp_path: Path, answers: list[str], *args: str) -> tuple[int, list[dict], str]:
+    """``toolloop ARGS`` with a real pseudo-terminal for standard input and error."""
+    import os
+    import pty
+    import select
+    import subprocess
+    import sys
+    import time
+
+    from conftest import jsonl
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", *args], cwd=tmp_path, stdin=slave,
+                            stdout=subprocess.PIPE, stderr=slave, env={**os.environ, "NO_COLOR": "1"})
+    os.close(slave)
+    seen, pending, deadline = b"", list(answers), time.monotonic() + 60
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+                if pending and seen.rstrip().endswith((b"?", b":")):
+                    os.write(master, pending.pop(0).encode() + b"\n")
+        if proc.poll() is None:
+            proc.kill()
+        out = proc.stdout.read()
+        proc.wait(timeout=30)
+    finally:
+        proc.kill()
+        os.close(master)
+    return proc.returncode, jsonl(out), seen.decode(errors="replace")
+
+
+def test_the_terminal_prompt_says_what_tainted_the_run(tmp_path):
+    code, records, screen = on_a_terminal(tmp_path, ["r", "not from a mail"], "run", INBOX, "--format", "jsonl")
+    assert code == 0, screen
+    assert "approval needed: tool 'send_mail' (after untrusted content from inbox at turn 1), call '3'" in screen
+    send = next(r for r in records if r.get("tool") == "send_mail" and r["type"] == "receipt")
+    assert send["status"] == "denied" and send["error"]["message"].endswith("not from a mail")
+    assert send["approval"]["decision"] == "rejected" and send["taint"] == records[-1]["tainted_by"]
+
+
+def test_the_example_plan_pauses_the_injected_write_and_lists_why(tmp_path, cli):
+    outbox = tmp_path / "outbox.jsonl"
+    env = {"DEMO_OUTBOX": str(outbox)}
+    paused = cli("run", INBOX, "--format", "jsonl", env=env)
+    assert paused.returncode == 4, paused.stderr.decode()
+    from conftest import jsonl
+
+    summary = jsonl(paused.stdout)[-1]
+    assert summary["tainted_by"]["tool"] == "inbox" and not outbox.exists()
+    table = cli("approvals", "list", "--format", "table", env={"COLUMNS": "80"}).stdout.decode()
+    assert "after untrusted content from" in table and "inbox at turn 1" in table and "send_mail" in table
+    denied = cli("run", INBOX, "--approve", "none", "--format", "jsonl", env=env)
+    assert denied.returncode == 0, denied.stderr.decode()
+    records = jsonl(denied.stdout)
+    send = next(r for r in records if r.get("tool") == "send_mail" and r["type"] == "receipt")
+    assert send["status"] == "denied" and "after untrusted content from inbox at turn 1" in send["error"]["message"]
+    assert records[-1]["outcome"] == "final" and not outbox.exists()
+    sent = cli("run", INBOX, "--approve", "all", "--format", "jsonl", env=env)
+    assert sent.returncode == 0 and json.loads(outbox.read_text())["to"] == "collect@example.net"
+
+
+def test_the_web_inbox_says_what_tainted_the_run(tmp_path):
+    from toolloop_cli.pending import pending_records
+    from toolloop_cli.serve.pages import env
+
+    target = tmp_path / "pwned.txt"
+    _records, summary = start(tmp_path, plan(tmp_path), scripted(*injected(target)))
+    store = Store(tmp_path / "state", create=False)
+    try:
+        (request,) = pending_records(store, summary["run_id"])
+    finally:
+        store.close()
+    card = str(env().get_template("_macros.html").module.request_card(request, 1))
+    assert "after untrusted content from inbox at turn 1" in card
+    untainted = {**request, "taint": None, "reason": "approval: required", "approval": None}
+    assert "untrusted" not in str(env().get_template("_macros.html").module.request_card(untainted, 1))

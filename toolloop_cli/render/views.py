@@ -277,7 +277,10 @@ def show_records(console: Any, records: list[dict], plain: Callable[[Any], str])
         for rec in records:
             runs.setdefault(rec.get("run_id") or "", []).append(rec)
         for rid, group in runs.items():
-            render(console, request_columns(group, plain), title=f"run {cell(rid)}: {_n(len(group), 'call')} waiting")
+            # a run's taint is one fact: its gated writes all wait "after untrusted content from TOOL at turn N"
+            taint = next((r.get("reason") for r in group if r.get("taint")), None)
+            title = f"run {cell(rid)}: {_n(len(group), 'call')} waiting" + (f", {cell(taint)}" if taint else "")
+            render(console, request_columns(group, plain), title=title)
         return
     run_ids = {r.get("run_id") for r in records}
     if len(run_ids) == 1 and None not in run_ids and all(r.get("type") != "run" for r in records):
