@@ -129,6 +129,12 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
         return taint
     if taint is None and (tool.approval is None or not tool.approval.matches(args, tool.effect)):
         return Go(args)
+    return await _approval_gate(ctx, tool, args, source, item_key, call_key, args_sha256, taint)
+
+
+async def _approval_gate(ctx: RunContext, tool: ToolSpec, args: Any, source: str, item_key: str | None,
+                         call_key: str | None, args_sha256: str | None, taint: str | None) -> Go | Refuse | Wait:
+    """A gated call: its tool's own gate, or a taint's (``taint``: what the person is shown)."""
     gate = taint if taint is not None else tool.approval_text
     if source == "dispatch":
         return Refuse("denied", f"tool '{tool.id}' needs approval here ({gate}); "
