@@ -570,6 +570,8 @@ def test_the_example_plan_pauses_the_injected_write_and_lists_why(tmp_path, cli)
     send = next(r for r in records if r.get("tool") == "send_mail" and r["type"] == "receipt")
     assert send["status"] == "denied" and "after untrusted content from inbox at turn 1" in send["error"]["message"]
     assert records[-1]["outcome"] == "final" and not outbox.exists()
+    shown = cli("runs", "show", records[-1]["run_id"], "--format", "table", env={"COLUMNS": "80"}).stdout.decode()
+    assert "tainted: inbox at turn 1 (untrusted content)" in shown
     sent = cli("run", INBOX, "--approve", "all", "--format", "jsonl", env=env)
     assert sent.returncode == 0 and json.loads(outbox.read_text())["to"] == "collect@example.net"
 

@@ -199,6 +199,9 @@ def routed_ending(console: Any, summary: dict) -> None:
     error = summary.get("error")
     if isinstance(error, dict) and error.get("message"):
         _line(console, f"why: {cell(error.get('message'), FINAL_CHARS)}")
+    tainted = summary.get("tainted_by")
+    if isinstance(tainted, dict):  # every write after it was gated, denied or allowed by taint.on_write
+        _line(console, f"tainted: {cell(tainted.get('tool'))} at turn {cell(tainted.get('iteration'))} (untrusted content)")
     final = summary.get("final")
     if final is not None:
         _line(console, f"final answer: {cell(final, FINAL_CHARS)}")
