@@ -591,3 +591,15 @@ def test_the_web_inbox_says_what_tainted_the_run(tmp_path):
     assert "after untrusted content from inbox at turn 1" in card
     untainted = {**request, "taint": None, "reason": "approval: required", "approval": None}
     assert "untrusted" not in str(env().get_template("_macros.html").module.request_card(untainted, 1))
+
+
+def test_a_replay_that_runs_writes_again_reuses_the_recorded_answer_to_a_taint_gate(tmp_path):
+    target = tmp_path / "pwned.txt"
+    _records, summary = start(tmp_path, plan(tmp_path), scripted(*injected(target)), approve="all")
+    assert target.read_text() == "ran\n"
+    launch = Launch(tmp_path / "state")
+    sink = Records()
+    prepared = launch.replay(summary["run_id"], execute_writes=True)
+    result = launch.start(prepared, sink, handle_signals=False)
+    assert result.summary["outcome"] == "final" and launch.replay_differences(prepared, result) == []
+    assert target.read_text() == "ran\n"  # the gated write took its recorded answer, and did not run again
