@@ -10,8 +10,9 @@ comes from (a lane, ``dispatch()``, the routed loop, a child plan).
 In order: the input schema (for arguments not checked at admission: projected from a lane payload,
 dispatched, or edited by an approver), the tool's ``max_calls`` and the run's tool-call budget for
 dispatched calls, a write after untrusted content in a routed run (``taint.py``: refused, or gated
-as if its tool said ``approval: required``), then the approval gate (``--approve all | none | ask``: a journaled answer, or a
-person at a terminal through the ``ask`` service). Approval fails closed.
+as if its tool said ``approval: required``), then the approval gate (``--approve all | none |
+ask``: a journaled answer, or a person at a terminal through the ``ask`` service). Approval fails
+closed.
 
 A call a model proposes is checked before it reaches the gate (``proposal_problem``: its schema,
 whether it already ran, the tool-call budget, ``max_calls``); what fails there is not a receipt
