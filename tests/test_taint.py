@@ -603,3 +603,23 @@ def test_a_replay_that_runs_writes_again_reuses_the_recorded_answer_to_a_taint_g
     result = launch.start(prepared, sink, handle_signals=False)
     assert result.summary["outcome"] == "final" and launch.replay_differences(prepared, result) == []
     assert target.read_text() == "ran\n"  # the gated write took its recorded answer, and did not run again
+
+
+def test_a_taint_gate_holds_a_write_whatever_its_own_gate_says(tmp_path):
+    path = plan(tmp_path, tools="[inbox, pay]")  # writes the registry without pay: written again below
+    registry(tmp_path, extra="""
+              pay:
+                callable: testapp.tools:echo
+                description: Pays; a person approves above 100.
+                effect: write
+                approval: {when: "args.amount > 100"}
+                input_schema: {type: object, required: [amount], properties: {amount: {type: integer}}}
+                output_schema: {}
+    """)
+    records, summary = start(tmp_path, path, scripted(
+        call("pay", {"amount": 5}), call("inbox", {}), call("pay", {"amount": 6}), FINAL, ANSWER), approve="none")
+    before, _inbox, after = receipts(records)
+    assert before["status"] == "ok" and before["approval"] is None  # its own gate does not match: no gate
+    assert after["status"] == "denied" and after["approval"]["decision"] == "rejected"
+    assert after["error"]["message"] == ("tool 'pay' needs approval (after untrusted content from inbox at turn 2):"
+                                         " rejected by --approve none")
