@@ -1437,3 +1437,31 @@ def test_a_suite_file_is_checked_whole_each_finding_in_its_place(tmp_path, monke
     line, col = pos(text, "{name: c", 2)
     found(problems, "TL504", file="suite.yml", at=(line, col + len("{name: ")),
           message=("case name 'c' is used twice (first at cases[2])",))
+@covers("TL430")
+def test_taint_allow_with_an_untrusted_and_a_write_tool_is_a_warning(tmp_path):
+    from toolloop_cli.lint.check import Checker, Flags
+    from toolloop_cli.lint.discover import Target
+
+    write("reg.yml", tool_registry(extra="output_trust: untrusted\n") + textwrap.indent(dedent("""
+              send:
+                callable: testapp.tools:marker
+                description: Writes a file.
+                effect: write  # toolloop: ignore[TL353]
+                input_schema: {}
+                output_schema: {}
+    """), " " * 6))
+    text = """
+        version: 1
+        registry: reg.yml
+        subagent: w
+        mode: routed
+        goal: g
+        router_profile: {provider: openai, model: m}
+        final_profile: {provider: openai, model: m}
+        budget: {max_iterations: 2, max_tokens: 100, max_tool_calls: 1, timeout_s: 5}
+        taint: {on_write: allow}
+    """
+    write("plan.yml", text)
+    report = Checker(Flags()).check([Target(Path("plan.yml"), "plan")])
+    found(report.problems, "TL430", level="warning", file="plan.yml", at=_value_at(text, "on_write: allow"),
+          message=("taint.on_write: allow", "'send'", "'echo'"), hint=("on_write: approve",))

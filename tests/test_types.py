@@ -17,6 +17,7 @@ SEAMS = {
     "toolloop_cli/engine/session.py",
     "toolloop_cli/engine/handle.py",
     "toolloop_cli/engine/budget.py",
+    "toolloop_cli/engine/taint.py",
     "toolloop_cli/engine/executors",
     "toolloop_cli/providers",
     "toolloop_cli/router",

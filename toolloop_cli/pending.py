@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .receipts import rfc3339
+from .receipts import rfc3339, taint_text
 
 
 class _Files:
@@ -92,6 +92,8 @@ def request_records(rows: list[dict]) -> list[dict]:
             else:
                 args = _redacted(rebuilt, tool)
         effect = tool.get("effect", "read") if row["tool"] is not None else None
+        gate = tool.get("approval")
+        taint = _taint(options, row, tool)
         out.append({
             "type": "approval_request",
             "run_id": row["run_id"],
@@ -105,8 +107,29 @@ def request_records(rows: list[dict]) -> list[dict]:
             "args_withheld": withheld,
             "args_sha256": row["args_sha256"],
             "requested_at": rfc3339(row["requested_at"]),
+            # what gated the call: the taint ("after untrusted content from TOOL at turn N"), or its own gate
+            "reason": taint_text(taint) if taint is not None else
+            ("approval: required" if gate == "required" else f"approval.when: {gate.get('when')}"
+             if isinstance(gate, dict) else None),
+            "taint": taint,
         })
     return out
+
+
+def _taint(options: dict, row: dict, tool: dict) -> dict | None:
+    """The run's ``tainted_by`` when this request is a taint gate: a routed run's call (its key
+    the turn) that may write, proposed after the run was shown untrusted content (a child run's
+    inherited taint holds from its first turn), as the journaled fact says."""
+    journaled = options.get("taint") if isinstance(options, dict) else None
+    source = journaled.get("tainted_by") if isinstance(journaled, dict) else None
+    if not isinstance(source, dict) or row["item_key"] is not None or not str(row["call_key"]).isdigit():
+        return None
+    # the registry file's effect; a plan tool's or an MCP tool's without one is known only at run time
+    if tool.get("effect", "read" if "callable" in tool else "write") not in ("write", "destructive"):
+        return None
+    if journaled.get("inherited") or int(row["call_key"]) > int(source.get("iteration") or 0):
+        return source
+    return None
 
 
 def pending_records(store: Any, run_id: str | None = None) -> list[dict]:

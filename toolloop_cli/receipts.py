@@ -61,6 +61,8 @@ class Receipt:
     child_run_id: str | None = None  # the child run of a plan tool
     #: None for a tool that did not ask for a sandbox, else the sandbox its calls get (SPEC 5.11)
     isolation: dict | None = None
+    #: the run's ``tainted_by`` on a write or destructive call proposed after untrusted content (SPEC 6.9)
+    taint: dict | None = None
 
     def as_record(self) -> dict:
         """The JSON Lines record: every SPEC 9 key, in SPEC order."""
@@ -92,11 +94,18 @@ class Receipt:
             "approval": self.approval,
             "child_run_id": self.child_run_id,
             "isolation": self.isolation,
+            "taint": self.taint,
         }
 
     @classmethod
     def from_record(cls, rec: dict) -> "Receipt":
         return cls(**{k: v for k, v in rec.items() if k != "type"})
+
+
+def taint_text(source: dict | None) -> str:
+    """How a taint reads for a person (approval requests, the terminal prompt, the web inbox)."""
+    src = source or {}
+    return f"after untrusted content from {src.get('tool')} at turn {src.get('iteration')}"
 
 
 def summary_status(counts: dict[str, int], *, stopped: bool = False, interrupted: bool = False) -> str:

@@ -51,6 +51,14 @@ class NoSandbox(_Record):
     reason: str
 
 
+class TaintRecord(_Record):
+    """What tainted a routed run: the first untrusted receipt its model was shown (SPEC 6.9)."""
+
+    tool: str
+    iteration: int = Field(ge=0)
+    receipt_id: str
+
+
 class ReceiptRecord(_Record):
     """One call's receipt."""
 
@@ -81,6 +89,7 @@ class ReceiptRecord(_Record):
     approval: Optional[ApprovalRecord]
     child_run_id: Optional[str]
     isolation: Optional[Union[SandboxApplied, NoSandbox]]
+    taint: Optional[TaintRecord] = None  # a write or destructive call proposed after taint
 
 
 class Tokens(_Record):
@@ -136,6 +145,7 @@ class SummaryRecord(_Record):
     loop: Optional[LoopRecord] = None  # routed runs
     # routed runs: why a run that ended other than final or paused ended (kind: the outcome's name)
     error: Optional[ErrorRecord] = None
+    tainted_by: Optional[TaintRecord] = None  # routed runs: the first untrusted receipt shown
 
 
 class DecisionRecord(_Record):

@@ -15,23 +15,26 @@ class TerminalApprover:
         self.progress = progress  # the live view, paused while a person types
         self._lock = trio.Lock()
 
-    async def __call__(self, tool: Any, item_key: str | None, call_key: str, args: dict) -> tuple[str, Any]:
+    async def __call__(self, tool: Any, item_key: str | None, call_key: str, args: dict,
+                       reason: str | None = None) -> tuple[str, Any]:
         async with self._lock:
             if self.progress is not None:
                 self.progress.progress.stop()
             try:
-                return await trio.to_thread.run_sync(self._ask, tool, item_key, call_key, args)
+                return await trio.to_thread.run_sync(self._ask, tool, item_key, call_key, args, reason)
             finally:
                 if self.progress is not None:
                     self.progress.progress.start()
 
-    def _ask(self, tool: Any, item_key: str | None, call_key: str, args: dict) -> tuple[str, Any]:
+    def _ask(self, tool: Any, item_key: str | None, call_key: str, args: dict,
+             reason: str | None = None) -> tuple[str, Any]:
+        """``reason``: the gate is a taint's ("after untrusted content from TOOL at turn N")."""
         where = f"lane {item_key!r}, call {call_key!r}" if item_key is not None else f"call {call_key!r}"
         explain = getattr(getattr(tool, "approval", None), "explain", None)
-        why = explain(args, tool.effect) if explain is not None else None
+        why = explain(args, tool.effect) if explain is not None and reason is None else None
         if why:
             self._say(f"\n{why}")
-        self._say(f"\napproval needed: tool '{tool.id}' ({tool.approval_text}), {where}\n"
+        self._say(f"\napproval needed: tool '{tool.id}' ({reason or tool.approval_text}), {where}\n"
                   f"{json.dumps(args, indent=2, ensure_ascii=False)}\n")
         while True:
             choice = self._read("[a]pprove, [e]dit, [r]eject? ")

@@ -74,6 +74,8 @@ class ToolSpec:
     from_server: frozenset[str] = frozenset()
     source: tuple[str, int, int] = ("", 1, 1)  # where the tool is declared: file, line, column
     sandbox: Any = None  # contract.sandbox.Sandbox for isolation: sandbox, else None
+    #: "untrusted" when the tool's results are written by someone outside (``output_trust``)
+    output_trust: str = "trusted"
 
     @property
     def at_most_once(self) -> bool:

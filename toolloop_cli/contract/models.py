@@ -112,6 +112,10 @@ class ToolDecl(Closed):
     approval: Optional[Union[ApprovalDecl, Literal["required"]]] = None  # "required": every call is gated
     dispatch: list[StrictStr] = []
     control_envelope: Optional[EnvelopeDecl] = None
+    #: whether the tool's results are written by someone outside (web pages, mail, tickets): an
+    #: untrusted result shown to a routed run's model taints the run (default: trusted, except an
+    #: MCP tool's, which is untrusted unless its server is ``trusted: true``)
+    output_trust: Optional[Literal["trusted", "untrusted"]] = None
 
 
 class RunnerDefaults(Closed):

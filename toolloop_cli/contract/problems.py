@@ -90,6 +90,7 @@ CODES: dict[str, str] = {
     "TL502": "suite expectation or fault names a tool the plan's registry lacks",
     "TL503": "suite case key does not apply to its plan (a batch plan runs live; faults need a fixture)",
     "TL504": "suite case name used twice",
+    "TL430": "routed plan: taint.on_write: allow with an untrusted tool and a write or destructive tool allowed",
 }
 
 
@@ -169,6 +170,7 @@ FIXES: dict[str, str] = {
     "TL502": "Name a tool of the plan's subagent (see `toolloop tools REGISTRY`) in `calls`, `never` and `faults`.",
     "TL503": "A batch (sequential or parallel) case runs live and is checked by `calls`, `never` and `max_tool_calls` only: remove the other keys, or point the case at a routed plan; give a case with `faults` a `fixture`.",
     "TL504": "Give every case of a suite a name of its own (`-k` and the run labels select cases by name).",
+    "TL430": "Set `taint: {on_write: approve}` (the default: a person answers each write proposed after untrusted content) or `deny`, or keep untrusted tools and write tools out of the same `allowed_tools`.",
 }
 
 

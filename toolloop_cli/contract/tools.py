@@ -84,6 +84,7 @@ def compile_tool(
         from_server=_from_server(t) | annotated,
         source=(col.smap.file, *col.smap.position(at, at_key=True)),
         sandbox=sandbox,
+        output_trust=output_trust_of(t),
     )
 
 
@@ -120,6 +121,17 @@ def _limits(t: ToolDecl) -> dict:
     c = t.concurrency
     return {"max_in_flight": c.max_in_flight if c else None, "per_second": c.per_second if c else None,
             "max_calls": t.max_calls}
+
+
+def output_trust_of(t: ToolDecl) -> str:
+    """Whose words a tool's results are: its own ``output_trust``, else an MCP tool's are untrusted
+    unless its server is ``trusted: true``; everything else's trusted. (A child plan's answer is
+    untrusted when its run was tainted: the engine knows that at run time.)"""
+    if t.output_trust is not None:
+        return t.output_trust
+    if t.mcp is not None and not t.mcp.trusted:
+        return "untrusted"
+    return "trusted"
 
 
 def _approval_text(t: ToolDecl) -> str | None:
@@ -188,7 +200,7 @@ def compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, su
         effect=t.effect if "effect" in t.model_fields_set else "", idempotent=t.idempotent,
         redact=tuple(redact), approval=gate, approval_text=_approval_text(t), dispatch=(), envelope=None,
         contract_sha256=sha256_of([t.model_dump(mode="json", exclude_unset=True), sha256_of(data)]),
-        source=(col.smap.file, *col.smap.position(at, at_key=True)),
+        source=(col.smap.file, *col.smap.position(at, at_key=True)), output_trust=output_trust_of(t),
     )
 
 

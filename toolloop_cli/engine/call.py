@@ -13,6 +13,7 @@ import trio
 from .._canonical import canonical_bytes, sha256_of
 from ..contract.compiled import ToolSpec, timeout_of
 from ..contract.sandbox import isolation_of
+from .taint import taint_of
 from ..contract.schemas import schema_errors
 from ..receipts import Receipt, rfc3339
 from .child_runs import ChildFailed, ChildResult
@@ -378,7 +379,7 @@ async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, a
         abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=args_sha,
         **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(started), finished_at=rfc3339(time.time()),
         duration_ms=round((time.perf_counter() - t0) * 1000, 3), approval=where.approval,
-        child_run_id=ran.outcome.child_run_id, isolation=isolation_of(tool),
+        child_run_id=ran.outcome.child_run_id, isolation=isolation_of(tool), taint=taint_of(ctx, tool),
     )
     if ctx.services.audit is not None:
         ctx.emit_audit("finished", **meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,
@@ -532,4 +533,5 @@ def not_run_receipt(
         error={"kind": kind or status, "message": message} if message else None, envelope=None,
         started_at=None, finished_at=None, duration_ms=0.0, approval=approval,
         isolation=None if isinstance(tool, str) else isolation_of(tool),
+        taint=None if isinstance(tool, str) else taint_of(ctx, tool),
     )

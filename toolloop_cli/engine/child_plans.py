@@ -54,6 +54,8 @@ class ChildPlanExecutor(Executor):
         ident = current_call()
         found = self._earlier_child(ident.seq)
         if found is not None and found["status"] in _ENDED:
+            if ((found.get("summary") or {}).get("tainted_by") and parent.ctx.services.taint is not None):
+                parent.ctx.services.taint.child_tainted(found["run_id"])  # its answer is untrusted
             return _ended(found)
         run_id, recording = self._go_on(found, ident.call_key) if found is not None else (new_run_id(), None)
         # the context is always the call's arguments, also for a child that goes on (its journal
@@ -76,7 +78,8 @@ class ChildPlanExecutor(Executor):
             "context_redacted": redacted_pointers(args, shown)}
         install(child, self.plans, self.max_depth)
         budget = parent.ctx.services.budget  # the parent loop's budget ledger, when it has one
-        runner = RoutedRunner(plan, recording=recording, parent_budget=budget)
+        # a child started by a tainted run starts tainted; one tainted on its own tells its parent
+        runner = RoutedRunner(plan, recording=recording, parent_budget=budget, parent_taint=parent.ctx.services.taint)
         result = await child.run_child(runner, parent.journal)  # type: ignore[arg-type]
         summary = result.summary
         outcome = summary.get("outcome")

@@ -64,6 +64,9 @@ class RunServices:
     #: secret values no pointer reaches (credentials read, redacted values a model proposed):
     #: scrubbed from every record the run writes; a child run shares its parent's
     secrets: RunSecrets = field(default_factory=RunSecrets)
+    #: the routed run's taint (``taint.RunTaint``): the gates and receipts read it; None in
+    #: sequential and parallel runs
+    taint: Any = None
 
 
 class Sequencer:

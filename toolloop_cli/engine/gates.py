@@ -9,8 +9,10 @@ comes from (a lane, ``dispatch()``, the routed loop, a child plan).
 
 In order: the input schema (for arguments not checked at admission: projected from a lane payload,
 dispatched, or edited by an approver), the tool's ``max_calls`` and the run's tool-call budget for
-dispatched calls, then the approval gate (``--approve all | none | ask``: a journaled answer, or a
-person at a terminal through the ``ask`` service). Approval fails closed.
+dispatched calls, a write after untrusted content in a routed run (``taint.py``: refused, or gated
+as if its tool said ``approval: required``), then the approval gate (``--approve all | none |
+ask``: a journaled answer, or a person at a terminal through the ``ask`` service). Approval fails
+closed.
 
 A call a model proposes is checked before it reaches the gate (``proposal_problem``: its schema,
 whether it already ran, the tool-call budget, ``max_calls``); what fails there is not a receipt
@@ -123,20 +125,28 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
     budget = ctx.services.budget
     if source == "dispatch" and budget is not None and not budget.take_tool_call():
         return Refuse("budget_exceeded", "the run's tool-call budget (max_tool_calls) is used up", args)
-    if tool.approval is None:
+    taint = _taint_gate(ctx, tool, args, source)
+    if isinstance(taint, Refuse):
+        return taint
+    if taint is None and (tool.approval is None or not tool.approval.matches(args, tool.effect)):
         return Go(args)
-    if not tool.approval.matches(args, tool.effect):
-        return Go(args)
+    return await _approval_gate(ctx, tool, args, source, item_key, call_key, args_sha256, taint)
+
+
+async def _approval_gate(ctx: RunContext, tool: ToolSpec, args: Any, source: str, item_key: str | None,
+                         call_key: str | None, args_sha256: str | None, taint: str | None) -> Go | Refuse | Wait:
+    """A gated call: its tool's own gate, or a taint's (``taint``: what the person is shown)."""
+    gate = taint if taint is not None else tool.approval_text
     if source == "dispatch":
-        return Refuse("denied", f"tool '{tool.id}' needs approval here ({tool.approval_text}); "
+        return Refuse("denied", f"tool '{tool.id}' needs approval here ({gate}); "
                                 "a dispatched call cannot wait for it", args, _answered("rejected", "engine", args))
     if ctx.config.approve == "all":
         return Go(args, _answered("approved", "flag", args))
-    verdict, value, by = await _answer(ctx, tool, args, item_key, call_key, args_sha256)
+    verdict, value, by = await _answer(ctx, tool, args, item_key, call_key, args_sha256, taint)
     if verdict == "wait":
         return WAIT
     if verdict == "reject":
-        return Refuse("denied", f"tool '{tool.id}' needs approval ({tool.approval_text}): {value}", args,
+        return Refuse("denied", f"tool '{tool.id}' needs approval ({gate}): {value}", args,
                       _answered("rejected", by, args))
     if verdict == "lost":  # an edit typed a new secret that only the approver's process ever held
         return Refuse("interrupted", value, args, _answered("edited", by, args))
@@ -150,13 +160,26 @@ async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str,
     return Go(value, _answered("approved", by, value))
 
 
+def _taint_gate(ctx: RunContext, tool: ToolSpec, args: Any, source: str) -> str | Refuse | None:
+    """A write or destructive call after the run was shown untrusted content (``taint.py``), by the
+    plan's ``taint.on_write``: ``deny`` refuses it (naming the untrusted tool and turn), ``approve``
+    gates it as if its tool said ``approval: required`` (the gate reads "after untrusted content
+    from TOOL at turn N"), ``allow`` leaves it to its own gate. None when the run is not tainted."""
+    taint = ctx.services.taint
+    if taint is None or source not in ("model", "dispatch") or taint.of(tool) is None:
+        return None
+    if taint.on_write == "deny":
+        return Refuse("denied", str(taint.denied(tool)), args)
+    return str(taint.why()) if taint.on_write == "approve" else None
+
+
 def _answered(decision: str, by: str, args: Any) -> dict[str, Any]:
     """A gated call's ``approval`` as its receipt shows it (SPEC: decision, by, at, args_sha256)."""
     return {"decision": decision, "by": by, "at": rfc3339(time.time()), "args_sha256": sha256_of(args)}
 
 
 async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | None, call_key: str | None,
-                  args_sha256: str | None) -> tuple[str, Any, str]:
+                  args_sha256: str | None, taint: str | None = None) -> tuple[str, Any, str]:
     """A gated call's answer, failing closed: ("run", args, by), ("reject", why, by) or ("wait", None, "")."""
     if ctx.config.approve == "none":
         return "reject", "rejected by --approve none", "flag"
@@ -167,7 +190,9 @@ async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | No
     verdict, value, by = approvals.decide(item_key, call_key, args, sha, ctx.redactor(tool))
     ask = ctx.services.ask
     if verdict == "wait" and ask is not None:  # a person at a terminal answers now
-        verdict, value = await ask(tool, item_key, call_key, args)
+        # a taint gate tells the person what tainted the run
+        verdict, value = await (ask(tool, item_key, call_key, args) if taint is None
+                                else ask(tool, item_key, call_key, args, reason=taint))
         by = login_name()
         approvals.record(item_key, call_key, sha, verdict, value, by)
     return verdict, value, by or "unknown"

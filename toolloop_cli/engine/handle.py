@@ -89,6 +89,11 @@ class RunHandle:
         """The number of calls the run has, committed (by the journal thread) before its summary."""
         self._journal.write(self._store.set_total_calls, self.run_id, total)
 
+    def set_option(self, key: str, value: Any) -> None:
+        """Journal one of the run's options, what a resume reads back (a routed run's taint), on
+        the journal thread, in order with the records handed to it."""
+        self._journal.write(self._store.set_option, self.run_id, key, value)
+
     # -- pauses and signals -------------------------------------------------------------------
 
     def pause(self, item_key: str | None, call_key: str | None, child_run_id: str | None = None) -> None:

@@ -50,13 +50,16 @@ class Recording:
 
     def replayed_receipt(self, seq: int, tool: object) -> dict | None:
         """On replay, the recorded receipt a call takes instead of running: every call offline,
-        else writes (unless ``execute_writes``), gated calls (their recorded answer is reused)
+        else writes (unless ``execute_writes``), gated calls (their recorded answer is reused; a
+        write gated by the recorded run's taint is one)
         and ``plan:`` tools (a child run is replayed on its own)."""
         rec = self.receipts.get(seq)
         if rec is None or rec.get("tool") != getattr(tool, "id", None):
             return None
         effect = getattr(tool, "effect", "read")
-        if self.offline or getattr(tool, "approval", None) is not None or getattr(tool, "kind", None) == "plan":
+        # a call that was gated (its tool's own gate, or a taint's) takes its recorded answer
+        gated = getattr(tool, "approval", None) is not None or rec.get("approval") is not None
+        if self.offline or gated or getattr(tool, "kind", None) == "plan":
             return rec
         if effect in ("write", "destructive") and not self.execute_writes:
             return rec

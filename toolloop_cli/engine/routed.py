@@ -54,6 +54,7 @@ from .session import RunnerEnd, RunSession
 from .loopstate import LoopState
 from .budget import BudgetLedger
 from .supervision import Supervision
+from .taint import OPTION as TAINT_OPTION, RunTaint, recorded_run_id
 
 #: replies in a row that hold no valid decision before the loop ends ``malformed_output``
 MALFORMED_LIMIT = 3
@@ -66,7 +67,8 @@ class RoutedRunner(FinalAnswer):
     """Runs an admitted routed plan, or resumes one from its journal (``recording``)."""
 
     def __init__(self, plan: AdmittedPlan, *, recording: Recording | None = None,
-                 env: Any = None, parent_budget: BudgetLedger | None = None, contract_changed: bool = False):
+                 env: Any = None, parent_budget: BudgetLedger | None = None, contract_changed: bool = False,
+                 parent_taint: RunTaint | None = None):
         assert plan.routed is not None
         self.plan = plan
         self.spec = plan.routed
@@ -78,6 +80,8 @@ class RoutedRunner(FinalAnswer):
         self.ledger = BudgetLedger(self.spec.budget, parent=parent_budget,
                                    seconds_used=recording.seconds_used if recording else 0.0)
         self.observations: list[Observation] = []
+        # whether the model was shown untrusted content: the gates read it (a child starts with its parent's)
+        self.taint = RunTaint(self.spec.taint_on_write, parent=parent_taint)
         self.steer: list[str] = []
         self.ran: set[tuple[str, str]] = set()  # (tool, args hash) of calls that went through the gate
         self.seq = 0
@@ -100,6 +104,7 @@ class RoutedRunner(FinalAnswer):
         plan = self.plan
         session.ctx.services.secrets.add(self._secrets.values())
         self._secrets = session.ctx.services.secrets
+        self._restore_taint(session)
         if self.recording is not None and not self.recording.replay:
             session.store.clear_records(session.run_id)  # printed again as the loop replays
             session.store.reopen_run(session.run_id)
@@ -112,6 +117,8 @@ class RoutedRunner(FinalAnswer):
         if session.child_options is not None:  # a child run: how its parent's resume finds it again
             options.update(session.child_options)
             options["context"] = self._secrets.deep(options["context"])
+        if self.taint.source is not None:  # inherited from the parent, or restored by a replay
+            options["taint"] = self.taint.journal_form()
         session.store.create_run({
             "run_id": session.run_id, "mode": "routed", "plan_path": plan_path, "plan_sha256": plan.plan_sha256,
             "registry_path": os.path.abspath(plan.registry_path), "contract_sha256": plan.contract.contract_sha256,
@@ -119,11 +126,23 @@ class RoutedRunner(FinalAnswer):
             "parallel_batch_id": None, "total_calls": 0, "lease_owner": session.owner,
         })
 
+    def _restore_taint(self, session: RunSession) -> None:
+        """The taint the journal holds: this run's own (``resume``), or the recorded run's (``replay``)."""
+        rec = self.recording
+        if rec is None:
+            return
+        run_id = recorded_run_id(rec.answers, rec.receipts) if rec.replay else session.run_id
+        row = session.store.get_run(run_id) if run_id is not None else None
+        self.taint.restore(((row or {}).get("options") or {}).get(TAINT_OPTION))
+
     # -- the loop ----------------------------------------------------------------------------------
 
     async def __call__(self, run: RunHandle) -> RunnerEnd:
         self.handle = run
         run.ctx.services.budget = self.ledger  # child runs and dispatched calls check and charge it
+        run.ctx.services.taint = self.taint  # the gates and receipts read it
+        self.taint.run_id = run.run_id
+        self.taint.journal(lambda form: run.set_option(TAINT_OPTION, form))
         rec = self.recording
         recorded: Any = rec.answers if rec is not None else ()
         if rec is not None and rec.replay:  # every profile answers from the recording: no network, no key
@@ -200,7 +219,7 @@ class RoutedRunner(FinalAnswer):
         status = {"final": "ok", "paused": "stopped", None: "interrupted"}.get(outcome, "failed")
         summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
                    "loop": self.state.summary(self.models.count, self.ledger),
-                   "error": error_of(outcome, self.scrubbed(why) if why else why)}
+                   "error": error_of(outcome, self.scrubbed(why) if why else why), "tainted_by": self.taint.source}
         if self.contract_changed:
             summary["contract_changed"] = True
         return RunnerEnd(stopped=outcome == "paused", status=status, summary=summary)
@@ -363,6 +382,7 @@ class RoutedRunner(FinalAnswer):
         args = decision.args or {}
         receipt = await self._receipt(it, tool, args, withheld=withheld)
         observation = await self._observe(it, tool.id, receipt)
+        self.taint.shown(it, tool, receipt)  # a guardrail's mask or block does not untaint
         self.observations.append(observation)
         self.supervision.step(Step(it, "call", tool.id, receipt.args, decision.reason, observation))
 

@@ -13,7 +13,7 @@ MODE_KEYS = {
     "sequential": {"calls"},
     "parallel": {"lanes", "max_concurrency"},
     "routed": {"goal", "context", "allowed_tools", "router_profile", "final_profile", "budget",
-               "final_schema", "supervisor", "instructions", "inputs", "outcomes", "routes", "guardrails"},
+               "final_schema", "supervisor", "instructions", "inputs", "outcomes", "routes", "guardrails", "taint"},
 }
 
 
@@ -81,6 +81,14 @@ class GuardrailsDecl(Closed):
     final: list[StrictStr] = []
 
 
+class TaintDecl(Closed):
+    """What a routed run does with a write or destructive call its model proposes after it was
+    shown untrusted content: gate it for a person (``approve``), refuse it (``deny``), or let it
+    run (``allow``); its receipt carries ``taint`` whichever."""
+
+    on_write: Literal["approve", "deny", "allow"] = "approve"
+
+
 class PlanDecl(Closed):
     """A plan file: which subagent, which mode, and the mode's calls, lanes or goal."""
 
@@ -104,3 +112,4 @@ class PlanDecl(Closed):
     outcomes: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
     routes: Optional[dict[str, StrictStr]] = None
     guardrails: Optional[GuardrailsDecl] = None
+    taint: Optional[TaintDecl] = None  # routed: writes after untrusted content

@@ -83,6 +83,8 @@ class RoutedSpec:
     plan_dir: str = "."
     #: recorded answers of every replay fixture the profiles name, by resolved path
     fixtures: Mapping[str, tuple] = field(default_factory=dict)
+    #: what a write or destructive call proposed after untrusted content gets: approve | deny | allow
+    taint_on_write: str = "approve"
 
     def profiles(self) -> dict[str, Profile]:
         """The profiles by role: router, final, and judge when there is one."""
@@ -401,8 +403,26 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
         supervisor=supervisor, observation_guards=observation_guards, final_guards=final_guards,
         prompts=Prompts(files[0], files[1], files[2], judge_prompt), inputs=decl.inputs,
         inputs_validator=inputs_validator, plan_dir=ck.plan_dir, fixtures=dict(ck.fixtures),
+        taint_on_write=_check_taint(ck, decl, sub, allowed),
     )
     return spec, []
+
+
+def _check_taint(ck: _Checker, decl: PlanDecl, sub: SubagentSpec, allowed: tuple[str, ...]) -> str:
+    """The plan's ``taint.on_write``; TL430 (a warning) when it is ``allow`` while the allowed
+    tools hold both an untrusted tool and a write or destructive one: nothing then stands between
+    content written by someone outside and a write the model makes of it."""
+    on_write = decl.taint.on_write if decl.taint is not None else "approve"
+    if on_write != "allow":
+        return on_write
+    untrusted = [t for t in allowed if sub.tools[t].output_trust == "untrusted"]
+    writes = [t for t in allowed if sub.tools[t].effect in ("write", "destructive")]
+    if untrusted and writes:
+        ck.col.add("TL430", f"taint.on_write: allow lets the model write with {quoted(writes[0])} after reading"
+                            f" untrusted content from {quoted(untrusted[0])}", ("taint", "on_write"),
+                   "use on_write: approve (a person answers each such write) or deny, or drop one of the two"
+                   " from allowed_tools", level="warning")
+    return on_write
 
 
 def _check_required(ck: _Checker, decl: PlanDecl) -> None:

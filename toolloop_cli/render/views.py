@@ -199,6 +199,9 @@ def routed_ending(console: Any, summary: dict) -> None:
     error = summary.get("error")
     if isinstance(error, dict) and error.get("message"):
         _line(console, f"why: {cell(error.get('message'), FINAL_CHARS)}")
+    tainted = summary.get("tainted_by")
+    if isinstance(tainted, dict):  # every write after it was gated, denied or allowed by taint.on_write
+        _line(console, f"tainted: {cell(tainted.get('tool'))} at turn {cell(tainted.get('iteration'))} (untrusted content)")
     final = summary.get("final")
     if final is not None:
         _line(console, f"final answer: {cell(final, FINAL_CHARS)}")
@@ -277,7 +280,10 @@ def show_records(console: Any, records: list[dict], plain: Callable[[Any], str])
         for rec in records:
             runs.setdefault(rec.get("run_id") or "", []).append(rec)
         for rid, group in runs.items():
-            render(console, request_columns(group, plain), title=f"run {cell(rid)}: {_n(len(group), 'call')} waiting")
+            # a run's taint is one fact: its gated writes all wait "after untrusted content from TOOL at turn N"
+            taint = next((r.get("reason") for r in group if r.get("taint")), None)
+            title = f"run {cell(rid)}: {_n(len(group), 'call')} waiting" + (f", {cell(taint)}" if taint else "")
+            render(console, request_columns(group, plain), title=title)
         return
     run_ids = {r.get("run_id") for r in records}
     if len(run_ids) == 1 and None not in run_ids and all(r.get("type") != "run" for r in records):
