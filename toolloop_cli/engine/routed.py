@@ -383,6 +383,7 @@ class RoutedRunner(FinalAnswer):
         self.ran.add((tool.id, sha256_of(args)))
         self.ledger.count_tool_call()
         self.state.ran(tool.id, receipt.status)
+        self.supervision.settled(tool.id, receipt)
         if receipt.attempts > 0 or receipt.cache == "hit":
             self.supervision.ran(tool.effect)
 

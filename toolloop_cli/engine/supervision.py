@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..router.judge import judge_messages, parse_verdict
+from ..router.convergence import Convergence
 from ..router.supervisor import SupervisorState, check_rules
 from ..router.views import Malformed, Step, Trajectory
 from ..providers.base import CUT
@@ -41,6 +42,7 @@ class Supervision:
         self.fired: dict[int, int] = {}  # rule index -> iteration it last fired
         self.proposals: dict[tuple[str, str], int] = {}
         self.effects_run: dict[str, int] = {}
+        self.convergence = Convergence()
         self.steps: list[Step] = []
         self.controls_seen = 0
         self.aborted: str | None = None  # why, when an operator's abort ended the loop while a call ran
@@ -50,6 +52,11 @@ class Supervision:
     def proposed(self, tool: str | None, args_sha: str | None) -> None:
         if tool is not None and args_sha is not None:
             self.proposals[(tool, args_sha)] = self.proposals.get((tool, args_sha), 0) + 1
+            self.convergence.proposed(tool, args_sha)
+
+    def settled(self, tool: str, receipt: Any) -> None:
+        """A call of the loop got its receipt (or a resume kept it): what the convergence rules see."""
+        self.convergence.settled(tool, receipt.status, receipt.result, receipt.error)
 
     def ran(self, effect: str) -> None:
         self.effects_run[effect] = self.effects_run.get(effect, 0) + 1
@@ -133,10 +140,11 @@ class Supervision:
             return None
         state = SupervisorState(iteration=iteration, proposals=dict(self.proposals), effects_run=dict(self.effects_run),
                                 fractions=self.runner.ledger.fractions(), fired=dict(self.fired),
-                                per_tool={k: dict(v) for k, v in self.runner.state.per_tool.items()})
+                                per_tool={k: dict(v) for k, v in self.runner.state.per_tool.items()},
+                                convergence=self.convergence.seen())
         for hit in check_rules(self.spec.rules, state):
             self.fired[hit.rule_index] = iteration
-            ended = self._act(iteration, hit.rule_name, hit.action, hit.reason)
+            ended = self._act(iteration, hit.rule_name, hit.action, hit.reason, hit.steer_message)
             if ended is not None:
                 return ended
         judge = self.spec.judge
@@ -144,7 +152,7 @@ class Supervision:
             return await self._judge(iteration, judge)
         return None
 
-    def _act(self, iteration: int, rule: str, action: str, reason: str) -> Ending | None:
+    def _act(self, iteration: int, rule: str, action: str, reason: str, steer: str | None = None) -> Ending | None:
         self.runner.record_supervisor(iteration, rule, action, reason)
         if action == "abort":
             who = "the judge" if rule == "judge" else f"the supervisor rule {rule}"
@@ -153,7 +161,7 @@ class Supervision:
             # a resumed run passes the pause it was resumed from
             return None if (iteration, rule) in self.runner.resumed_pauses else ("paused", reason)
         if action == "steer":
-            self.runner.steer.append(self.spec.steer_message or reason)  # type: ignore[union-attr]
+            self.runner.steer.append(steer or self.spec.steer_message or reason)  # type: ignore[union-attr]
         return None
 
     async def _judge(self, iteration: int, judge: Any) -> Ending | None:

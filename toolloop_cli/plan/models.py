@@ -60,6 +60,7 @@ class RuleDecl(Closed):
     gt: Optional[Annotated[float, Field(ge=0, lt=1)]] = None
     gte: Optional[Annotated[int, Field(ge=1)]] = None
     effect: Optional[Literal["read", "write", "destructive"]] = None
+    steer_message: Optional[StrictStr] = None  # this rule's own, used instead of the supervisor's when it steers
 
 
 class JudgeDecl(Closed):

@@ -281,7 +281,8 @@ class _Checker:
                 self.add("TL420", f"rule {quoted(r.when)} takes no {quoted(name)}", at + (name,),
                          f"{quoted(r.when)} takes: {', '.join(required + optional)}", at_key=True)
                 ok = False
-        rule = Rule(i, r.when, action or "abort", r.count, r.tool, r.gt, r.gte, r.effect)  # type: ignore[arg-type]
+        rule = Rule(i, r.when, action or "abort", r.count, r.tool, r.gt, r.gte, r.effect,  # type: ignore[arg-type]
+                    (r.steer_message or "").strip() or None)
         problem = kind.check(rule)
         if problem is not None:
             self.add("TL420", problem[1], at + (problem[0],), problem[2])
@@ -305,7 +306,9 @@ class _Checker:
             self.add("TL420", "the supervisor needs 'on_violation' when it has rules or a judge", at,
                      "add on_violation: abort | pause | steer", at_key=True)
             ok = False
-        if sv.on_violation == "steer" and not (sv.steer_message or "").strip():
+        # a rule's own steer_message stands in for the supervisor's; the judge has only the supervisor's
+        own = sv.judge is None and bool(sv.rules) and all((r.steer_message or "").strip() for r in sv.rules)
+        if sv.on_violation == "steer" and not (sv.steer_message or "").strip() and not own:
             self.add("TL420", "on_violation: steer needs a steer_message", at + ("on_violation",),
                      "add steer_message: the message the router is given", at_key=True)
             ok = False
