@@ -23,6 +23,7 @@ from ..router.views import Malformed, Step, Trajectory
 from ..providers.base import CUT
 from .endings import quoted
 from .model_calls import ProviderFailed
+from .raises import KIND as RAISE
 
 if TYPE_CHECKING:
     from .routed import RoutedRunner
@@ -79,6 +80,8 @@ class Supervision:
         run = runner.handle
         at = turn if iteration is None else iteration
         for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
+            if kind == RAISE:  # a budget's raise is read where the budget ran out (budget_pauses.py)
+                continue
             if consumed_at is not None and consumed_at > turn:
                 break  # read at a later turn of the run this resume replays
             if consumed_at is None and not live:
@@ -125,7 +128,7 @@ class Supervision:
         it = runner.ledger.iterations
         for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
             self.controls_seen = n + 1
-            if consumed_at is not None or not run.control_holds(n, kind):
+            if kind == RAISE or consumed_at is not None or not run.control_holds(n, kind):
                 continue
             run.consume_control(n, it)
             said = message or ("aborted by an operator" if kind == "abort" else "")

@@ -51,6 +51,7 @@ class BudgetDecl(Closed):
     max_tool_calls: Annotated[int, Field(ge=0)]
     timeout_s: Annotated[float, Field(gt=0)]
     max_cost_usd: Optional[Annotated[float, Field(gt=0)]] = None
+    on_exceeded: Literal["end", "pause"] = "end"  # pause: a budget that runs out pauses the run (resume --raise)
 
 
 class RuleDecl(Closed):

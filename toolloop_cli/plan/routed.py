@@ -31,6 +31,10 @@ class Budget:
     max_tool_calls: int
     timeout_s: float
     max_cost_usd: float | None = None
+    #: end (the run ends with the budget's outcome) or pause (outcome paused, resumable with --raise)
+    on_exceeded: str = "end"
+    #: the subagent's runner_defaults.max_calls, which a raised max_tool_calls never passes
+    max_calls_cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +403,8 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
     spec = RoutedSpec(
         goal=decl.goal, context=context, instructions=instructions, tools=allowed, tool_views=views,
         router_profile=router_profile, final_profile=final_profile,
-        budget=Budget(b.max_iterations, b.max_tokens, max_tool_calls, b.timeout_s, b.max_cost_usd),
+        budget=Budget(b.max_iterations, b.max_tokens, max_tool_calls, b.timeout_s, b.max_cost_usd, b.on_exceeded,
+                      sub.max_calls),
         final_schema=decl.final_schema, final_validator=final_validator, outcomes=outcomes, routes=routes,
         supervisor=supervisor, observation_guards=observation_guards, final_guards=final_guards,
         prompts=Prompts(files[0], files[1], files[2], judge_prompt), inputs=decl.inputs,

@@ -1,0 +1,192 @@
+"""Budgets that pause (``budget.on_exceeded: pause``) and ``resume --raise``: each budget that runs
+out pauses the run naming it, a raise lets it go on from the same turn with nothing asked again,
+and what a raise may not be. Runs in process through ``Launch`` with a scripted provider."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import APP, write
+from toolloop_cli.engine.launch import Launch, RunOptions
+from toolloop_cli.errors import UsageError
+from toolloop_cli.providers import ModelReply
+from toolloop_cli.providers.scripted import ScriptedProvider
+
+FINAL = '{"action": "final", "reason": "enough"}'
+ANSWER = '{"answer": 1}'
+PRICE = ", price: {input_per_mtok: 1000000, output_per_mtok: 0}"  # a dollar per input token
+
+
+def call(tool: str, **args: object) -> str:
+    return json.dumps({"action": "call", "tool": tool, "args": args, "reason": "look"})
+
+
+def plan_file(tmp_path, budget: str, *, price: str = "", name: str = "plan.yml", extra: str = "") -> str:
+    return str(write(tmp_path / name, f"""
+        version: 1
+        registry: {APP / 'registry.yml'}
+        subagent: t
+        mode: routed
+        goal: Find x.
+        allowed_tools: [echo, log_run]
+        router_profile: {{provider: openai, model: m{price}}}
+        final_profile: {{provider: openai, model: m{price}}}
+        budget: {budget}
+        final_schema: {{type: object, required: [answer]}}
+        {extra}
+    """))
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self.records.append(record)
+
+    def flush(self) -> None:
+        pass
+
+
+def start(tmp_path, path: str, provider: ScriptedProvider) -> tuple[list[dict], dict]:
+    launch = Launch(tmp_path / "state")
+    prepared = launch.admit(path, RunOptions())
+    sink = Sink()
+    result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider})
+    return sink.records, result.summary
+
+
+def resume(tmp_path, run_id: str, provider: ScriptedProvider, *, by: str = "ops", **raises: float):
+    launch = Launch(tmp_path / "state")
+    prepared = launch.resume(run_id, raises=raises, by=by)
+    sink = Sink()
+    result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider})
+    return sink.records, result.summary
+
+
+def scripted(*replies) -> ScriptedProvider:
+    return ScriptedProvider([ModelReply(r[0], r[1], r[2], "m") if isinstance(r, tuple) else r for r in replies])
+
+
+def sup(records: list[dict]) -> list[tuple]:
+    return [(r["iteration"], r["rule"], r["action"], r["reason"]) for r in records if r["type"] == "supervisor"]
+
+
+def test_max_iterations_pauses_then_a_raise_goes_on_from_the_same_turn(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 2, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30,"
+                               " on_exceeded: pause}")
+    first = scripted(call("echo", a=1), call("echo", a=2))
+    records, summary = start(tmp_path, path, first)
+    assert summary["outcome"] == "paused" and summary["status"] == "stopped" and summary["error"] is None
+    assert summary["paused_by"]["kind"] == "budget" and summary["paused_by"]["budget"] == "max_iterations"
+    assert summary["paused_by"]["limits"]["max_iterations"] == 2 and summary["paused_by"]["used"]["max_iterations"] == 2
+    assert sup(records) == [(2, "budget", "pause", "max_iterations 2 ran out: the router took its 2 turns")]
+    rid = summary["run_id"]
+
+    second = scripted(FINAL, ANSWER)
+    records, summary = resume(tmp_path, rid, second, max_iterations=4)
+    assert summary["outcome"] == "final" and summary["final"] == {"answer": 1}
+    assert len(second.requests) == 2  # the two recorded turns were not asked again
+    assert sup(records) == [(2, "budget", "pause", "max_iterations 2 ran out: the router took its 2 turns"),
+                            (2, "operator", "raise", "max_iterations 2 -> 4")]
+    raised = [r for r in records if r["type"] == "supervisor" and r["action"] == "raise"][0]
+    assert raised["by"] == "ops"
+    assert [r["type"] for r in records] == ["decision", "receipt", "decision", "receipt", "supervisor", "supervisor",
+                                            "decision", "summary"]
+    assert summary["paused_by"] is None and summary["loop"]["iterations"] == 3
+
+
+def test_the_reply_that_crossed_max_tokens_is_kept_and_acted_on_after_the_raise(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 6, max_tokens: 100, max_tool_calls: 5, timeout_s: 30,"
+                               " on_exceeded: pause}")
+    first = scripted((call("echo", a=1), 60, 10), (call("echo", a=2), 60, 10))
+    records, summary = start(tmp_path, path, first)
+    assert summary["outcome"] == "paused" and summary["paused_by"]["budget"] == "max_tokens"
+    # the second reply crossed the budget: no decision for it yet, and its call did not run
+    assert [r["type"] for r in records] == ["decision", "receipt", "supervisor", "summary"]
+    assert sup(records)[0][:3] == (2, "budget", "pause")
+    assert "max_tokens ran out: the run used 140 tokens of its max_tokens 100" == sup(records)[0][3]
+    rid = summary["run_id"]
+    with pytest.raises(UsageError) as bare:
+        resume(tmp_path, rid, scripted())
+    assert str(bare.value) == (f"run {rid} is paused because the budget max_tokens of {rid} ran out (used 140 of 100);"
+                               f" raise it to go on: toolloop resume {rid} --raise max_tokens=VALUE (VALUE above 140)")
+    with pytest.raises(UsageError, match="not above max_tokens as it stands"):
+        resume(tmp_path, rid, scripted(), max_tokens=120)  # above the limit, not above what was used
+    second = scripted(FINAL, ANSWER)
+    records, summary = resume(tmp_path, rid, second, max_tokens=1000)
+    assert summary["outcome"] == "final"
+    decisions = [r for r in records if r["type"] == "decision"]
+    assert [(d["iteration"], d["args"]) for d in decisions[:2]] == [(1, {"a": 1}), (2, {"a": 2})]
+    receipts = [r for r in records if r["type"] == "receipt"]
+    assert [r["result"] for r in receipts] == [{"received": {"a": 1}}, {"received": {"a": 2}}]
+    assert len(second.requests) == 2  # the crossing reply was not asked again
+
+
+def test_max_cost_usd_pauses_and_a_cost_raise_is_recorded_with_its_values(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 6, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30,"
+                               " max_cost_usd: 1.0, on_exceeded: pause}", price=PRICE)
+    records, summary = start(tmp_path, path, scripted((call("echo", a=1), 2, 0)))
+    assert summary["paused_by"]["budget"] == "max_cost_usd" and summary["outcome"] == "paused"
+    rid = summary["run_id"]
+    records, summary = resume(tmp_path, rid, scripted((FINAL, 0, 0), (ANSWER, 0, 0)), max_cost_usd=2.5)
+    assert summary["outcome"] == "final"
+    assert ("operator", "raise", "max_cost_usd 1.0 -> 2.5") in [s[1:] for s in sup(records)]
+
+
+def test_max_tool_calls_keeps_the_proposal_and_checks_it_again_on_resume(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 6, max_tokens: 100000, max_tool_calls: 1, timeout_s: 30,"
+                               " on_exceeded: pause}")
+    records, summary = start(tmp_path, path, scripted(call("echo", a=1), call("echo", a=2)))
+    assert summary["paused_by"]["budget"] == "max_tool_calls"
+    # the proposal that found no call left is not rejected: it has no decision record yet
+    assert [(r["type"], r.get("rejected")) for r in records] == [("decision", None), ("receipt", None),
+                                                                ("supervisor", None), ("summary", None)]
+    records, summary = resume(tmp_path, summary["run_id"], scripted(FINAL, ANSWER), max_tool_calls=2)
+    decisions = [r for r in records if r["type"] == "decision"]
+    assert [(d["iteration"], d["rejected"]) for d in decisions] == [(1, None), (2, None), (3, None)]
+    assert [r["status"] for r in records if r["type"] == "receipt"] == ["ok", "ok"]
+    assert summary["outcome"] == "final" and summary["loop"]["tool_calls"] == 2
+
+
+def test_the_subagents_max_calls_cap_still_rejects_under_pause(tmp_path):
+    path = str(write(tmp_path / "plan.yml", f"""
+        version: 1
+        registry: {APP / 'registry.yml'}
+        subagent: restricted
+        mode: routed
+        goal: Find x.
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {{max_iterations: 6, max_tokens: 100000, max_tool_calls: 9, timeout_s: 30, on_exceeded: pause}}
+        final_schema: {{type: object, required: [answer]}}
+    """))
+    replies = [call("echo", a=i) for i in range(4)] + [FINAL, ANSWER]
+    records, summary = start(tmp_path, path, scripted(*replies))
+    assert summary["outcome"] == "final"  # runner_defaults.max_calls 3 rejects the fourth, as without pause
+    assert [r.get("rejected") for r in records if r["type"] == "decision"][3] == "over_budget"
+
+
+def test_raise_refusals(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 1, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30,"
+                               " on_exceeded: pause}")
+    rid = start(tmp_path, path, scripted(call("echo", a=1)))[1]["run_id"]
+    with pytest.raises(UsageError, match="not a budget; raise one of max_iterations, max_tokens"):
+        resume(tmp_path, rid, scripted(), max_iterations=3, max_turns=3)
+    with pytest.raises(UsageError, match=r"--raise max_iterations=1: not above max_iterations as it stands for"):
+        resume(tmp_path, rid, scripted(), max_iterations=1)
+    with pytest.raises(UsageError, match="max_iterations counts whole units"):
+        resume(tmp_path, rid, scripted(), max_iterations=2.5)
+    with pytest.raises(UsageError, match="has no max_cost_usd budget to raise"):
+        resume(tmp_path, rid, scripted(), max_iterations=3, max_cost_usd=3)
+    # nothing was journaled by a refused raise: the run still goes on with a good one
+    records, summary = resume(tmp_path, rid, scripted(FINAL, ANSWER), max_iterations=2)
+    assert summary["outcome"] == "final"
+    ended = plan_file(tmp_path, "{max_iterations: 1, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30}",
+                      name="ended.yml")
+    other = start(tmp_path, ended, scripted(call("echo", a=1)))[1]
+    assert other["outcome"] == "max_iterations" and other["paused_by"] is None
+    with pytest.raises(UsageError, match=f"--raise: run {other['run_id']} is not paused by a budget"):
+        resume(tmp_path, other["run_id"], scripted(), max_iterations=3)
