@@ -190,3 +190,44 @@ def test_raise_refusals(tmp_path):
     assert other["outcome"] == "max_iterations" and other["paused_by"] is None
     with pytest.raises(UsageError, match=f"--raise: run {other['run_id']} is not paused by a budget"):
         resume(tmp_path, other["run_id"], scripted(), max_iterations=3)
+
+
+def test_the_command_line_pauses_with_exit_4_refuses_a_bare_resume_and_resumes_with_raise(tmp_path, model_server,
+                                                                                          cli):
+    base = model_server.openai_base
+    profile = f"{{provider: openai, model: m, base_url: '{base}', api_key_env: TL_TEST_KEY}}"
+    plan = write(tmp_path / "cli.yml", f"""
+        version: 1
+        registry: {APP / 'registry.yml'}
+        subagent: t
+        mode: routed
+        goal: Find x.
+        allowed_tools: [echo]
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 1, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30, on_exceeded: pause}}
+        final_schema: {{type: object, required: [answer]}}
+    """)
+    env = {"TL_TEST_KEY": "sk-pause-canary"}
+    model_server.script(call("echo", a=1))
+    paused = cli("run", str(plan), "--format", "jsonl", env=env)
+    assert paused.returncode == 4, paused.stderr.decode()
+    summary = json.loads(paused.stdout.decode().splitlines()[-1])
+    rid = summary["run_id"]
+    assert summary["status"] == "stopped" and summary["paused_by"]["budget"] == "max_iterations"
+    assert (f"paused: the budget max_iterations ran out (used 1); resume with: toolloop resume {rid}"
+            " --raise max_iterations=VALUE") in paused.stderr.decode()
+    bare = cli("resume", rid, "--format", "jsonl", env=env)
+    assert bare.returncode == 2 and bare.stdout == b""
+    assert (f"run {rid} is paused because the budget max_iterations of {rid} ran out (used 1 of 1); raise it to go"
+            f" on: toolloop resume {rid} --raise max_iterations=VALUE (VALUE above 1)") in bare.stderr.decode()
+    assert cli("resume", rid, "--raise", "max_iterations", env=env).returncode == 2
+    model_server.script(FINAL, ANSWER)
+    done = cli("resume", rid, "--raise", "max_iterations=3", "--format", "jsonl", env=env)
+    assert done.returncode == 0, done.stderr.decode()
+    records = [json.loads(line) for line in done.stdout.decode().splitlines()]
+    raised = [r for r in records if r["type"] == "supervisor" and r["action"] == "raise"]
+    assert [(r["reason"], bool(r["by"])) for r in raised] == [("max_iterations 1 -> 3", True)]
+    assert cli("runs", "verify", rid).returncode == 0  # the raise is a link of the run's hash chain
+    again = cli("resume", rid, "--raise", "max_iterations=9", env=env)
+    assert again.returncode == 2 and b"is not paused by a budget" in again.stderr
