@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import trio
+import trio.testing
 
 from conftest import APP, write
 from toolloop_cli.engine.launch import Launch, RunOptions
@@ -23,14 +25,15 @@ def call(tool: str, **args: object) -> str:
     return json.dumps({"action": "call", "tool": tool, "args": args, "reason": "look"})
 
 
-def plan_file(tmp_path, budget: str, *, price: str = "", name: str = "plan.yml", extra: str = "") -> str:
+def plan_file(tmp_path, budget: str, *, price: str = "", name: str = "plan.yml", extra: str = "",
+              tools: str = "[echo, log_run]") -> str:
     return str(write(tmp_path / name, f"""
         version: 1
         registry: {APP / 'registry.yml'}
         subagent: t
         mode: routed
         goal: Find x.
-        allowed_tools: [echo, log_run]
+        allowed_tools: {tools}
         router_profile: {{provider: openai, model: m{price}}}
         final_profile: {{provider: openai, model: m{price}}}
         budget: {budget}
@@ -50,19 +53,20 @@ class Sink:
         pass
 
 
-def start(tmp_path, path: str, provider: ScriptedProvider) -> tuple[list[dict], dict]:
+def start(tmp_path, path: str, provider: ScriptedProvider, **hooks) -> tuple[list[dict], dict]:
     launch = Launch(tmp_path / "state")
     prepared = launch.admit(path, RunOptions())
     sink = Sink()
-    result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider})
+    result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider}, **hooks)
     return sink.records, result.summary
 
 
-def resume(tmp_path, run_id: str, provider: ScriptedProvider, *, by: str = "ops", **raises: float):
+def resume(tmp_path, run_id: str, provider: ScriptedProvider, *, by: str = "ops", hooks: dict | None = None,
+           **raises: float):
     launch = Launch(tmp_path / "state")
     prepared = launch.resume(run_id, raises=raises, by=by)
     sink = Sink()
-    result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider})
+    result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider}, **(hooks or {}))
     return sink.records, result.summary
 
 
@@ -231,3 +235,32 @@ def test_the_command_line_pauses_with_exit_4_refuses_a_bare_resume_and_resumes_w
     assert cli("runs", "verify", rid).returncode == 0  # the raise is a link of the run's hash chain
     again = cli("resume", rid, "--raise", "max_iterations=9", env=env)
     assert again.returncode == 2 and b"is not paused by a budget" in again.stderr
+
+
+def test_timeout_s_pauses_cancelling_the_running_call_and_a_raise_runs_it_again(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 6, max_tokens: 100000, max_tool_calls: 5, timeout_s: 5,"
+                               " on_exceeded: pause}", tools="[hold]")
+    clock = {"clock": trio.testing.MockClock(autojump_threshold=0)}
+    records, summary = start(tmp_path, path, scripted(call("hold", key="k", seconds=8)), **clock)
+    assert summary["outcome"] == "paused" and summary["error"] is None
+    assert summary["paused_by"]["budget"] == "timeout_s"
+    receipts = [r for r in records if r["type"] == "receipt"]
+    assert [r["status"] for r in receipts] == ["cancelled"]
+    ((it, rule, action, reason),) = sup(records)
+    assert (it, rule, action) == (1, "budget", "pause") and reason.startswith("timeout_s 5 s ran out: the loop ran ")
+    clock = {"clock": trio.testing.MockClock(autojump_threshold=0)}
+    records, summary = resume(tmp_path, summary["run_id"], scripted(FINAL, ANSWER), hooks=clock, timeout_s=30)
+    assert summary["outcome"] == "final", summary
+    assert [r["status"] for r in records if r["type"] == "receipt"] == ["ok"]  # the call ran again, in time
+    assert [s[1:3] for s in sup(records)] == [("budget", "pause"), ("operator", "raise")]
+    assert sup(records)[1][3] == "timeout_s 5.0 -> 30.0"
+
+
+def test_time_spent_paused_is_not_charged_to_timeout_s():
+    from toolloop_cli.engine.recording import seconds_used
+
+    # an hour passed between the run's pause and its resume: only the loop's own time counts
+    receipts = [{"duration_ms": 1500.0, "started_at": "2026-01-01T10:00:00.000000Z"},
+                {"duration_ms": 500.0, "started_at": "2026-01-01T11:00:00.000000Z"}]
+    answers = [{"duration_ms": 1000.0}, {"duration_ms": 250.0}]
+    assert seconds_used(receipts, answers) == pytest.approx(3.25)
