@@ -264,3 +264,80 @@ def test_time_spent_paused_is_not_charged_to_timeout_s():
                 {"duration_ms": 500.0, "started_at": "2026-01-01T11:00:00.000000Z"}]
     answers = [{"duration_ms": 1000.0}, {"duration_ms": 250.0}]
     assert seconds_used(receipts, answers) == pytest.approx(3.25)
+
+
+def family(tmp_path, parent_budget: str, child_budget: str) -> str:
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{max_depth: 1, tool_timeout_s: 60}}
+            tools:
+              echo:
+                callable: testapp.tools:echo
+                description: Returns its arguments.
+                input_schema: {{type: object}}
+                output_schema: {{}}
+              research:
+                plan: research.yml
+                description: Research one question and return an answer.
+    """)
+    write(tmp_path / "research.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Research one question.
+        allowed_tools: [echo]
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {child_budget}
+        final_schema: {{type: object, required: [answer]}}
+    """)
+    return str(write(tmp_path / "parent.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Answer with research.
+        allowed_tools: [research]
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {parent_budget}
+        final_schema: {{type: object, required: [answer]}}
+    """))
+
+
+def test_a_child_paused_by_its_budget_pauses_its_parent_and_one_raise_resumes_both(tmp_path):
+    path = family(tmp_path, "{max_iterations: 6, max_tokens: 100000, max_tool_calls: 4, timeout_s: 60}",
+                  "{max_iterations: 1, max_tokens: 100000, max_tool_calls: 4, timeout_s: 60, on_exceeded: pause}")
+    # one provider answers both runs, in the order they ask: parent turn 1, child turn 1
+    records, summary = start(tmp_path, path, scripted(call("research", q="why?"), call("echo", a=1)))
+    assert summary["outcome"] == "paused" and summary["status"] == "stopped"
+    paused_by = summary["paused_by"]
+    assert paused_by["kind"] == "child" and paused_by["child"]["kind"] == "budget"
+    assert paused_by["child"]["budget"] == "max_iterations"
+    child = paused_by["child_run_id"]
+    assert [r["type"] for r in records] == ["decision", "summary"]  # the call has no receipt yet
+    parent = summary["run_id"]
+    with pytest.raises(UsageError, match=f"budget max_iterations of child run {child} ran out"):
+        resume(tmp_path, parent, scripted())
+    # 8 is above the parent's max_iterations (6) too: raised there as well
+    provider = scripted(FINAL, '{"answer": "because"}', FINAL, ANSWER)
+    records, summary = resume(tmp_path, parent, provider, max_iterations=8)
+    assert summary["outcome"] == "final" and summary["final"] == {"answer": 1}
+    assert len(provider.requests) == 4  # nothing recorded was asked again
+    receipts = [r for r in records if r["type"] == "receipt"]
+    assert [(r["tool"], r["status"], r["result"]) for r in receipts] == [("research", "ok", {"answer": "because"})]
+    assert ("operator", "raise", "max_iterations 6 -> 8") in [s[1:] for s in sup(records)]
+    store = Launch(tmp_path / "state").open(create=False)
+    try:
+        child_records = [rec for _n, rec in store.records_of(child)]
+        child_run = store.get_run(child)
+    finally:
+        store.close()
+    assert child_run["status"] == "ok"
+    assert [(r["rule"], r["action"], r["reason"]) for r in child_records if r["type"] == "supervisor"] == [
+        ("budget", "pause", "max_iterations 1 ran out: the router took its 1 turns"),
+        ("operator", "raise", "max_iterations 1 -> 8")]
