@@ -341,3 +341,48 @@ def test_a_child_paused_by_its_budget_pauses_its_parent_and_one_raise_resumes_bo
     assert [(r["rule"], r["action"], r["reason"]) for r in child_records if r["type"] == "supervisor"] == [
         ("budget", "pause", "max_iterations 1 ran out: the router took its 1 turns"),
         ("operator", "raise", "max_iterations 1 -> 8")]
+
+
+def test_the_web_apis_resume_takes_raise_and_answers_422_where_resume_would_exit_2(tmp_path, model_server,
+                                                                                   monkeypatch):
+    import getpass
+
+    from servekit import Served, events
+
+    monkeypatch.chdir(tmp_path)  # the server's state folder: .toolloop here
+    profile = f"{{provider: openai, model: m, base_url: '{model_server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    path = str(write(tmp_path / "api.yml", f"""
+        version: 1
+        registry: {APP / 'registry.yml'}
+        subagent: t
+        mode: routed
+        goal: Find x.
+        allowed_tools: [echo]
+        router_profile: {profile}
+        final_profile: {profile}
+        budget: {{max_iterations: 1, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30, on_exceeded: pause}}
+        final_schema: {{type: object, required: [answer]}}
+    """))
+    launch = Launch(tmp_path / ".toolloop")
+    prepared = launch.admit(path, RunOptions())
+    rid = launch.start(prepared, Sink(), handle_signals=False,
+                       providers={"openai": scripted(call("echo", a=1))}).summary["run_id"]
+    served = Served(tmp_path, env={"TL_TEST_KEY": "sk-api-canary"})
+    try:
+        with served.client() as api:
+            bare = api.post(f"/api/runs/{rid}/resume")
+            assert bare.status_code == 422
+            assert bare.json()["error"].endswith(f"toolloop resume {rid} --raise max_iterations=VALUE (VALUE above 1)")
+            low = api.post(f"/api/runs/{rid}/resume", json={"raise": {"max_iterations": 1}})
+            assert low.status_code == 422 and "not above max_iterations" in low.json()["error"]
+            assert api.post(f"/api/runs/{rid}/resume", json={"raise": "max_iterations=3"}).status_code == 400
+            model_server.script(FINAL, ANSWER)
+            started = api.post(f"/api/runs/{rid}/resume", json={"raise": {"max_iterations": 3}})
+            assert started.status_code == 202, started.text
+            # 202 comes once the resume has reopened the run: following it ends with its new summary
+            records = [r for _kind, r in events(api, rid)]
+            assert records[-1]["status"] == "ok" and records[-1]["final"] == {"answer": 1}
+        raised = [r for r in records if r["type"] == "supervisor" and r["action"] == "raise"]
+        assert [(r["reason"], r["by"]) for r in raised] == [("max_iterations 1 -> 3", getpass.getuser())]
+    finally:
+        assert served.stop() == 0, "\n".join(served.log)
