@@ -102,13 +102,31 @@ def planned_raises(store: Any, run: dict, raises: dict[str, Any], *, by: str | N
         return []
     target, paused = chain[-1]
     name = paused.get("budget")
-    limits, used = paused.get("limits") or {}, paused.get("used") or {}
     where = rid if target is run else f"child run {target['run_id']}"
-    floor = max(v for v in (limits.get(name), used.get(name)) if v is not None) if name in limits else None
     if name not in values:
-        raise UsageError(f"run {rid} is paused because the budget {name} of {where} ran out"
-                         f" (used {_shown(used.get(name))} of {_shown(limits.get(name))}); raise it to go on:"
-                         f" toolloop resume {rid} --raise {name}=VALUE (VALUE above {_shown(floor)})")
+        raise UsageError(_raise_needed(rid, where, str(name), paused))
+    _check_above(values, paused, where)
+    planned = [(target["run_id"], raise_message(values, by=by, budget=name, iteration=_turns(target)))]
+    for above, above_paused in chain[:-1]:  # the runs the child's pause paused: raised where below
+        limits = above_paused.get("limits") or {}
+        lifted = {k: v for k, v in values.items() if limits.get(k) is not None and v > limits[k]}
+        if lifted:
+            planned.append((above["run_id"], raise_message(lifted, by=by, budget=None, iteration=_turns(above))))
+    return planned
+
+
+def _raise_needed(rid: str, where: str, name: str, paused: dict) -> str:
+    """The hint of a resume that does not raise the budget that ran out."""
+    limits, used = paused.get("limits") or {}, paused.get("used") or {}
+    floor = max((v for v in (limits.get(name), used.get(name)) if v is not None), default=None)
+    return (f"run {rid} is paused because the budget {name} of {where} ran out"
+            f" (used {_shown(used.get(name))} of {_shown(limits.get(name))}); raise it to go on:"
+            f" toolloop resume {rid} --raise {name}=VALUE (VALUE above {_shown(floor)})")
+
+
+def _check_above(values: dict[str, float], paused: dict, where: str) -> None:
+    """Each raise above the budget as it stands and above what was used of it."""
+    limits, used = paused.get("limits") or {}, paused.get("used") or {}
     for key, value in values.items():
         current, spent = limits.get(key), used.get(key)
         if current is None:
@@ -116,13 +134,6 @@ def planned_raises(store: Any, run: dict, raises: dict[str, Any], *, by: str | N
         if value <= current or (spent is not None and value <= spent):
             raise UsageError(f"--raise {key}={_shown(value)}: not above {key} as it stands for {where}"
                              f" ({_shown(current)}, used {_shown(spent)}); give a larger value")
-    planned = [(target["run_id"], raise_message(values, by=by, budget=name, iteration=_turns(target)))]
-    for above, above_paused in chain[:-1]:  # the runs the child's pause paused: raised where below
-        lifted = {k: v for k, v in values.items()
-                  if (above_paused.get("limits") or {}).get(k) is not None and v > above_paused["limits"][k]}
-        if lifted:
-            planned.append((above["run_id"], raise_message(lifted, by=by, budget=None, iteration=_turns(above))))
-    return planned
 
 
 def _turns(run: dict) -> int:

@@ -310,9 +310,7 @@ class _Checker:
             self.add("TL420", "the supervisor needs 'on_violation' when it has rules or a judge", at,
                      "add on_violation: abort | pause | steer", at_key=True)
             ok = False
-        # a rule's own steer_message stands in for the supervisor's; the judge has only the supervisor's
-        own = sv.judge is None and bool(sv.rules) and all((r.steer_message or "").strip() for r in sv.rules)
-        if sv.on_violation == "steer" and not (sv.steer_message or "").strip() and not own:
+        if sv.on_violation == "steer" and not _steer_said(sv):
             self.add("TL420", "on_violation: steer needs a steer_message", at + ("on_violation",),
                      "add steer_message: the message the router is given", at_key=True)
             ok = False
@@ -411,6 +409,14 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
         inputs_validator=inputs_validator, plan_dir=ck.plan_dir, fixtures=dict(ck.fixtures),
     )
     return spec, []
+
+
+def _steer_said(sv: Any) -> bool:
+    """Whether every steer has its message: the supervisor's, or each rule's own when there is no
+    judge (which has only the supervisor's)."""
+    if (sv.steer_message or "").strip():
+        return True
+    return sv.judge is None and bool(sv.rules) and all((r.steer_message or "").strip() for r in sv.rules)
 
 
 def _check_required(ck: _Checker, decl: PlanDecl) -> None:
