@@ -173,8 +173,9 @@ def tell_ending(result: Any) -> None:
     if summary["status"] == "interrupted":
         notice(f"interrupted; resume with: toolloop resume {summary['run_id']}")
     elif summary["status"] == "stopped":
-        _tell_paused(summary["run_id"], result.state.paused)
         budget = _budget_out(summary.get("paused_by"))
+        if budget is None:  # a child paused by its budget waits for a raise, not an approval
+            _tell_paused(summary["run_id"], result.state.paused)
         if budget is not None:  # a budget ran out: only a raise of it lets the run go on
             name, used = budget
             notice(f"paused: the budget {name} ran out (used {used}); resume with:"
