@@ -386,3 +386,16 @@ def test_the_web_apis_resume_takes_raise_and_answers_422_where_resume_would_exit
         assert [(r["reason"], r["by"]) for r in raised] == [("max_iterations 1 -> 3", getpass.getuser())]
     finally:
         assert served.stop() == 0, "\n".join(served.log)
+
+
+def test_a_child_that_spends_what_its_parent_had_left_pauses_a_parent_that_pauses(tmp_path):
+    path = family(tmp_path, "{max_iterations: 6, max_tokens: 40, max_tool_calls: 4, timeout_s: 60, on_exceeded: pause}",
+                  "{max_iterations: 6, max_tokens: 100000, max_tool_calls: 4, timeout_s: 60}")
+    # each reply is charged 15 tokens: the parent's turn, then the child's two, which leave the parent none
+    provider = scripted(call("research", q="why?"), call("echo", a=1), call("echo", a=2), call("echo", a=3))
+    records, summary = start(tmp_path, path, provider)
+    assert len(provider.requests) == 3  # no further model request once the parent's budget is spent
+    receipts = [r for r in records if r["type"] == "receipt"]
+    assert [(r["tool"], r["status"], r["error"]["kind"]) for r in receipts] == [("research", "error", "budget_exceeded")]
+    assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "budget"
+    assert summary["paused_by"]["budget"] == "max_tokens" and summary["paused_by"]["used"]["max_tokens"] == 45
