@@ -399,3 +399,20 @@ def test_a_child_that_spends_what_its_parent_had_left_pauses_a_parent_that_pause
     assert [(r["tool"], r["status"], r["error"]["kind"]) for r in receipts] == [("research", "error", "budget_exceeded")]
     assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "budget"
     assert summary["paused_by"]["budget"] == "max_tokens" and summary["paused_by"]["used"]["max_tokens"] == 45
+
+
+def test_the_table_of_a_run_paused_by_a_childs_budget_says_which_budget_to_raise():
+    import io
+
+    from rich.console import Console
+
+    from toolloop_cli.render.views import routed_ending
+
+    out = io.StringIO()
+    summary = {"outcome": "paused", "route": None, "final": None, "error": None,
+               "paused_by": {"kind": "child", "child_run_id": "c", "child": {"kind": "budget", "budget": "max_tokens"}}}
+    routed_ending(Console(file=out, width=120, no_color=True), summary)
+    assert "final answer: none yet (the run is paused; raise its max_tokens with resume --raise to go on)" in out.getvalue()
+    out = io.StringIO()
+    routed_ending(Console(file=out, width=120, no_color=True), {**summary, "paused_by": {"kind": "approval"}})
+    assert "final answer: none yet (the run is paused; resume it to go on)" in out.getvalue()
