@@ -416,3 +416,17 @@ def test_the_table_of_a_run_paused_by_a_childs_budget_says_which_budget_to_raise
     out = io.StringIO()
     routed_ending(Console(file=out, width=120, no_color=True), {**summary, "paused_by": {"kind": "approval"}})
     assert "final answer: none yet (the run is paused; resume it to go on)" in out.getvalue()
+
+
+def test_a_replay_of_a_raised_run_meets_each_raise_where_it_was_made(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 2, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30,"
+                               " on_exceeded: pause}")
+    rid = start(tmp_path, path, scripted(call("echo", a=1), call("echo", a=2)))[1]["run_id"]
+    resume(tmp_path, rid, scripted(FINAL, ANSWER), max_iterations=4)
+    launch = Launch(tmp_path / "state")
+    prepared = launch.replay(rid)
+    sink = Sink()
+    result = launch.start(prepared, sink, handle_signals=False)
+    assert result.summary["outcome"] == "final"
+    assert [s[1:] for s in sup(sink.records)][-1] == ("operator", "raise", "max_iterations 2 -> 4")
+    assert launch.replay_differences(prepared, result) == []

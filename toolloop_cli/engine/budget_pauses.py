@@ -58,10 +58,11 @@ class BudgetPauses:
         self._applied: set[int] = set()
 
     def _raises(self) -> list[Raise]:
-        run = self.runner.handle
+        run, rec = self.runner.handle, self.runner.recording
+        replaying = rec is not None and rec.replay  # a replay meets the recorded run's raises (its chain checked)
         found = []
-        for n, kind, message, consumed_at in run.controls_after(0):
-            if kind != KIND or not run.control_holds(n, kind):
+        for n, kind, message, consumed_at in (rec.raises if replaying else run.controls_after(0)):  # type: ignore[union-attr]
+            if kind != KIND or (not replaying and not run.control_holds(n, kind)):
                 continue
             parsed = _parsed(n, message, consumed_at)
             if parsed is not None:
@@ -123,7 +124,7 @@ class BudgetPauses:
     def _apply(self, r: Raise, iteration: int) -> None:
         runner, run = self.runner, self.runner.handle
         self._applied.add(r.n)
-        if r.consumed_at is None:
+        if r.consumed_at is None and not (self.runner.recording is not None and self.runner.recording.replay):
             run.consume_control(r.n, iteration)
         for name, value in sorted(r.values.items()):
             old = runner.ledger.raise_to(name, value)

@@ -224,6 +224,7 @@ class Launch:
             self.run_id = run["run_id"]
             recorded = recorded_records(store, run)
             plan, recording = prepare_replay(store, run, offline=offline, execute_writes=execute_writes)
+            recording.raises = [c for c in store.controls_after(run["run_id"], 0) if c[1] == "raise"]
         finally:
             self.close()
         journaled = RunOptions.from_journal(run["options"])
