@@ -430,3 +430,15 @@ def test_a_replay_of_a_raised_run_meets_each_raise_where_it_was_made(tmp_path):
     assert result.summary["outcome"] == "final"
     assert [s[1:] for s in sup(sink.records)][-1] == ("operator", "raise", "max_iterations 2 -> 4")
     assert launch.replay_differences(prepared, result) == []
+
+
+def test_paused_by_says_approval_for_a_gated_call_and_is_null_for_a_run_that_did_not_pause(tmp_path):
+    path = plan_file(tmp_path, "{max_iterations: 4, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30,"
+                               " on_exceeded: pause}", tools="[echo, pay]")
+    summary = start(tmp_path, path, scripted(call("pay", amount=500)))[1]
+    assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "approval"
+    assert summary["paused_by"]["limits"]["max_iterations"] == 4 and summary["paused_by"]["used"]["max_iterations"] == 1
+    with pytest.raises(UsageError, match="is not paused by a budget"):
+        resume(tmp_path, summary["run_id"], scripted(), max_iterations=9)
+    done = start(tmp_path, path, scripted(FINAL, ANSWER))[1]
+    assert done["outcome"] == "final" and done["paused_by"] is None

@@ -186,6 +186,7 @@ def test_no_progress_pauses_the_run_where_a_failed_call_broke_the_row(tmp_path):
     records, summary, _ = run(tmp_path, path, call("search", q="a"), call("fetch"), call("search", q="b"),
                               call("list"), call("list", q="again"), call("search", q="c"))
     assert summary["outcome"] == "paused" and summary["status"] == "stopped"
+    assert summary["paused_by"]["kind"] == "supervisor"
     # search's {} is empty (1), fetch fails (the row is broken), search again (1), list is new (0), list
     # repeats it (1), search finds nothing again (2): the rule fires at turn 6
     assert supervisor_records(records) == [(6, "no_progress", "pause")]
