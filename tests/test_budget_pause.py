@@ -235,6 +235,8 @@ def test_the_command_line_pauses_with_exit_4_refuses_a_bare_resume_and_resumes_w
     assert cli("runs", "verify", rid).returncode == 0  # the raise is a link of the run's hash chain
     again = cli("resume", rid, "--raise", "max_iterations=9", env=env)
     assert again.returncode == 2 and b"is not paused by a budget" in again.stderr
+    written = b"".join(p.read_bytes() for p in (tmp_path / ".toolloop").glob("state.db*"))
+    assert b"sk-pause-canary" not in written + paused.stdout + paused.stderr + done.stdout + done.stderr
 
 
 def test_timeout_s_pauses_cancelling_the_running_call_and_a_raise_runs_it_again(tmp_path):
