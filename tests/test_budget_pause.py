@@ -181,6 +181,8 @@ def test_raise_refusals(tmp_path):
         resume(tmp_path, rid, scripted(), max_iterations=3, max_turns=3)
     with pytest.raises(UsageError, match=r"--raise max_iterations=1: not above max_iterations as it stands for"):
         resume(tmp_path, rid, scripted(), max_iterations=1)
+    with pytest.raises(UsageError, match="the value must be a finite number"):
+        resume(tmp_path, rid, scripted(), max_iterations=float("inf"))
     with pytest.raises(UsageError, match="max_iterations counts whole units"):
         resume(tmp_path, rid, scripted(), max_iterations=2.5)
     with pytest.raises(UsageError, match="has no max_cost_usd budget to raise"):

@@ -13,6 +13,7 @@ as it resumes). The runner applies them (``budget_pauses.py``).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from ..errors import UsageError
@@ -50,8 +51,8 @@ def check_values(raises: dict[str, Any]) -> dict[str, float]:
     for name, value in raises.items():
         if name not in FIELDS:
             raise UsageError(f"--raise {name}: not a budget; raise one of {', '.join(FIELDS)}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-            raise UsageError(f"--raise {name}: the value must be a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise UsageError(f"--raise {name}: the value must be a finite number")
         if FIELDS[name] is int and float(value) != int(value):
             raise UsageError(f"--raise {name}={value}: {name} counts whole units; give an integer")
         out[name] = float(value)
