@@ -25,7 +25,7 @@ _toolloop_options()
         "toolloop init") echo "--help -h" ;;
         "toolloop lock") echo "--help -h" ;;
         "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
-        "toolloop resume") echo "--accept-contract-change --approve --audit --executor --format --halt --help --lanes --order --ray-address --retry-failed --retry-interrupted --state-dir -f -h" ;;
+        "toolloop resume") echo "--accept-contract-change --approve --audit --executor --format --halt --help --lanes --order --raise --ray-address --retry-failed --retry-interrupted --state-dir -f -h" ;;
         "toolloop run") echo "--app-root --approve --audit --dry-run --executor --format --halt --help --label --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --order --progress --ray-address --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
         "toolloop runs export") echo "--format --help --state-dir -f -h" ;;
@@ -69,6 +69,7 @@ _toolloop_option_value()
         "toolloop resume --halt") echo "@text" ;;
         "toolloop resume --lanes") echo "@file" ;;
         "toolloop resume --order") echo "@text" ;;
+        "toolloop resume --raise") echo "@text" ;;
         "toolloop resume --ray-address") echo "@text" ;;
         "toolloop resume --state-dir") echo "@dir" ;;
         "toolloop resume -f"|"toolloop resume --format") echo "auto table jsonl json" ;;

@@ -92,6 +92,7 @@ set -g __toolloop_value_options \
     'toolloop resume --halt' \
     'toolloop resume --lanes' \
     'toolloop resume --order' \
+    'toolloop resume --raise' \
     'toolloop resume --ray-address' \
     'toolloop resume --state-dir' \
     'toolloop resume -f' \
@@ -238,6 +239,7 @@ complete -c toolloop -n '__toolloop_using toolloop resume' -l executor -x -a 'lo
 complete -c toolloop -n '__toolloop_using toolloop resume' -l halt -x -d 'now,fail=N or soon,fail=P%: replaces the run\'s halt policy.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l lanes -r -F -d 'The run\'s --lanes FILE again, to rebuild redacted arguments.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l order -x -d 'input or completion: the order receipts are printed in.'
+complete -c toolloop -n '__toolloop_using toolloop resume' -l raise -x -d 'Raise a budget of a routed run a budget paused, e.g. max_cost_usd=2.5 (repeatable; only upwards).'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l ray-address -x -d 'Ray cluster to run on with --executor ray (default RAY_ADDRESS; with neither, a local Ray is started for the run).'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l retry-failed -d 'Also re-run error, timeout and invalid_output calls and those skipped after them.'
 complete -c toolloop -n '__toolloop_using toolloop resume' -l retry-interrupted -d 'Re-run writes that were in flight when the run died.'

@@ -164,6 +164,7 @@ _toolloop_resume() {
         '--halt[now,fail=N or soon,fail=P%\: replaces the run'\''s halt policy.]:halt: ' \
         '--lanes[The run'\''s --lanes FILE again, to rebuild redacted arguments.]:lanes:_files' \
         '--order[input or completion\: the order receipts are printed in.]:order: ' \
+        '--raise[Raise a budget of a routed run a budget paused, e.g. max_cost_usd=2.5 (repeatable; only upwards).]:raise: ' \
         '--ray-address[Ray cluster to run on with --executor ray (default RAY_ADDRESS; with neither, a local Ray is started for the run).]:ray-address: ' \
         '--retry-failed[Also re-run error, timeout and invalid_output calls and those skipped after them.]' \
         '--retry-interrupted[Re-run writes that were in flight when the run died.]' \

@@ -146,6 +146,8 @@ class SummaryRecord(_Record):
     # routed runs: why a run that ended other than final or paused ended (kind: the outcome's name)
     error: Optional[ErrorRecord] = None
     tainted_by: Optional[TaintRecord] = None  # routed runs: the first untrusted receipt shown
+    # routed runs: what paused the run (kind: budget, approval, child, supervisor), or null
+    paused_by: Optional[dict[str, Any]] = None
 
 
 class DecisionRecord(_Record):
@@ -171,8 +173,9 @@ class SupervisorRecord(_Record):
     run_id: str
     iteration: int = Field(ge=0)
     rule: str
-    action: Literal["abort", "pause", "steer", "continue"]
+    action: Literal["abort", "pause", "steer", "continue", "raise"]
     reason: str
+    by: Optional[str] = None  # who raised a budget (rule operator, action raise)
 
 
 class GuardrailRecord(_Record):

@@ -173,8 +173,24 @@ def tell_ending(result: Any) -> None:
     if summary["status"] == "interrupted":
         notice(f"interrupted; resume with: toolloop resume {summary['run_id']}")
     elif summary["status"] == "stopped":
-        _tell_paused(summary["run_id"], result.state.paused)
-        notice(f"stopped early; resume with: toolloop resume {summary['run_id']}")
+        budget = _budget_out(summary.get("paused_by"))
+        if budget is None:  # a child paused by its budget waits for a raise, not an approval
+            _tell_paused(summary["run_id"], result.state.paused)
+        if budget is not None:  # a budget ran out: only a raise of it lets the run go on
+            name, used = budget
+            notice(f"paused: the budget {name} ran out (used {used}); resume with:"
+                   f" toolloop resume {summary['run_id']} --raise {name}=VALUE")
+        else:
+            notice(f"stopped early; resume with: toolloop resume {summary['run_id']}")
+
+
+def _budget_out(paused_by: Any) -> tuple[str, Any] | None:
+    """The budget (and its use) that paused a run, its own or down its paused child runs."""
+    while isinstance(paused_by, dict):
+        if paused_by.get("kind") == "budget":
+            return str(paused_by.get("budget")), (paused_by.get("used") or {}).get(paused_by.get("budget"))
+        paused_by = paused_by.get("child")
+    return None
 
 
 def _tell_paused(rid: str, paused: list) -> None:

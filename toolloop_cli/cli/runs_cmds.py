@@ -37,11 +37,16 @@ def resume(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
     executor: Optional[Placement] = typer.Option(None, "--executor", metavar="local|ray", help=EXECUTOR_HELP + " Default: the run's."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", metavar="ADDRESS", help=RAY_ADDRESS_HELP),
+    raise_: Optional[List[str]] = typer.Option(None, "--raise", metavar="NAME=VALUE", help="Raise a budget of a routed run a budget paused, e.g. max_cost_usd=2.5 (repeatable; only upwards)."),
 ) -> None:
     """Finish an interrupted run; print the full receipt set in order, then the summary."""
+    from .._login import login_name
     from ..engine.launch import Launch
+    from ..engine.raises import parse_raises
     from ..errors import ConfigError
     from .running import start
+
+    raises = parse_raises(raise_)
 
     policy = _halt_policy(halt)
     if order is not None and order not in ("input", "completion"):
@@ -53,7 +58,7 @@ def resume(
         prepared = launch.resume(run_id, retry_failed=retry_failed, retry_interrupted=retry_interrupted, lanes=lanes,
                                  accept_contract_change=accept_contract_change, halt=policy, order=order,
                                  approve=approve, executor=executor.value if executor else None,
-                                 ray_address=ray_address)
+                                 ray_address=ray_address, raises=raises, by=login_name() if raises else None)
     except ConfigError as exc:
         print_findings(exc.problems)
         sys.stderr.write(f"toolloop: run {launch.run_id} cannot be resumed; nothing ran\n")

@@ -20,6 +20,7 @@ does not end anything itself: it only says what has been spent.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any, Callable
 
 import trio
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
 #: the parts of a run its spend is reported by (the summary's ``loop.by_part``)
 PARTS = ("router", "final", "judge", "children")
+#: the budget fields ``resume --raise NAME=VALUE`` takes, and whether each counts whole units
+FIELDS = {"max_iterations": int, "max_tokens": int, "max_tool_calls": int, "max_cost_usd": float, "timeout_s": float}
 
 
 class BudgetLedger:
@@ -51,14 +54,23 @@ class BudgetLedger:
         self._clock = clock
         self._t0: float | None = None
         self.deadline = float("inf")
+        self.time_limit: float | None = None  # a raised timeout_s known before the loop starts
 
     # -- time ---------------------------------------------------------------------------------
 
     def start(self) -> float:
         """The loop starts now: returns its deadline (the time budget less what was used before)."""
         self._t0 = self._clock()
-        self.deadline = self._t0 + max(0.0, self.budget.timeout_s - self.seconds_used)
+        self.deadline = self._t0 + max(0.0, self._time_limit() - self.seconds_used)
         return self.deadline
+
+    def extend_time(self, timeout_s: float) -> None:
+        """A raise of ``timeout_s`` a resumed run knows from its start: the deadline is set from
+        it, while ``budget.timeout_s`` is raised where the run paused (``raise_to``)."""
+        self.time_limit = max(self.time_limit or 0.0, timeout_s)
+
+    def _time_limit(self) -> float:
+        return max(self.budget.timeout_s, self.time_limit or 0.0)
 
     def seconds_spent(self) -> float:
         return self.seconds_used + (self._clock() - self._t0 if self._t0 is not None else 0.0)
@@ -143,6 +155,75 @@ class BudgetLedger:
     def exhausted(self) -> bool:
         """Whether no further request may start: nothing left here or in a parent's budget."""
         return self.tokens_left() <= 0 or self.cost_left() == 0.0
+
+    # -- budgets that pause (``budget.on_exceeded: pause``) ----------------------------------
+
+    @property
+    def pauses(self) -> bool:
+        """Whether a budget of this run that runs out pauses it instead of ending it."""
+        return self.budget.on_exceeded == "pause"
+
+    def out_before_request(self, *, turns: bool = True) -> str | None:
+        """The budget that leaves no further request: ``max_iterations`` (with ``turns``: before a
+        router turn), ``max_tokens`` or ``max_cost_usd`` (this run's own), or None."""
+        b = self.budget
+        if turns and self.turns_used():
+            return "max_iterations"
+        if self.tokens >= b.max_tokens:
+            return "max_tokens"
+        if b.max_cost_usd is not None and (self.cost_usd or 0.0) >= b.max_cost_usd:
+            return "max_cost_usd"
+        return None
+
+    def overspent_budget(self) -> str | None:
+        """The budget (``max_tokens`` or ``max_cost_usd``) a request just took the run past, or None."""
+        b = self.budget
+        if self.tokens > b.max_tokens:
+            return "max_tokens"
+        if b.max_cost_usd is not None and (self.cost_usd or 0.0) > b.max_cost_usd:
+            return "max_cost_usd"
+        return None
+
+    def tool_calls_pause(self) -> bool:
+        """Whether a proposed call finds the run's own ``max_tool_calls`` used up (not the
+        subagent's ``runner_defaults.max_calls``, which still rejects it) and the run pauses."""
+        b = self.budget
+        return self.pauses and self.tool_calls_left() <= 0 and (b.max_calls_cap is None or b.max_tool_calls < b.max_calls_cap)
+
+    def limits(self) -> dict[str, Any]:
+        """Each budget as it stands now (raises included)."""
+        return {name: getattr(self.budget, name) for name in FIELDS}
+
+    def used(self) -> dict[str, Any]:
+        """What has been used of each budget."""
+        return {"max_iterations": self.iterations, "max_tokens": self.tokens, "max_tool_calls": self.tool_calls,
+                "max_cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+                "timeout_s": round(self.seconds_spent(), 3)}
+
+    def raise_to(self, name: str, value: float) -> Any:
+        """Raise budget ``name`` to ``value`` (a person's ``resume --raise``); returns the old value.
+        A raised ``max_tool_calls`` stays within ``runner_defaults.max_calls``; a raised
+        ``timeout_s`` moves the deadline of a loop that has started."""
+        old = getattr(self.budget, name)
+        new: Any = int(value) if FIELDS[name] is int else float(value)
+        if name == "max_tool_calls" and self.budget.max_calls_cap is not None:
+            new = min(new, self.budget.max_calls_cap)
+        self.budget = dataclasses.replace(self.budget, **{name: new})
+        if name == "timeout_s" and self._t0 is not None:
+            self.deadline = self._t0 + max(0.0, self._time_limit() - self.seconds_used)
+        return old
+
+    def out_why(self, name: str) -> str:
+        """The reason of a ``budget`` pause: the budget that ran out and what was used of it."""
+        b = self.budget
+        if name == "max_iterations":
+            return f"max_iterations {b.max_iterations} ran out: the router took its {self.iterations} turns"
+        if name == "max_tool_calls":
+            return (f"max_tool_calls {b.max_tool_calls} ran out: a call was proposed with none left"
+                    f" ({self.tool_calls} used)")
+        if name == "timeout_s":
+            return f"timeout_s {b.timeout_s:g} s ran out: the loop ran {self.seconds_spent():.3g} s"
+        return f"{name} ran out: {self.exceeded_why()}"
 
     # -- what others read ---------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ class ChildPlanExecutor(Executor):
         if outcome == "final":
             return ChildResult(summary.get("final"), run_id)
         if outcome == "paused" or summary.get("status") in ("stopped", "interrupted"):
-            raise ChildPaused(run_id, ident.call_key)
+            raise ChildPaused(run_id, ident.call_key, summary.get("paused_by"))
         raise ChildFailed(outcome or summary.get("status") or "error",
                           f"child run {run_id} ended {outcome or summary.get('status')}", run_id)
 

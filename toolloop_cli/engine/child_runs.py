@@ -33,9 +33,10 @@ class ChildPaused(BaseException):
     receipt for the call, and ``resume`` of the parent resumes the child first. A BaseException so
     that the call path, which turns App failures into receipts, lets it through."""
 
-    def __init__(self, child_run_id: str, call_key: str | None):
+    def __init__(self, child_run_id: str, call_key: str | None, paused_by: dict | None = None):
         self.child_run_id = child_run_id
         self.call_key = call_key
+        self.paused_by = paused_by  # the child's summary's: what it waits for
         super().__init__(f"child run {child_run_id} paused")
 
 

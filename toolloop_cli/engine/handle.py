@@ -82,8 +82,9 @@ class RunHandle:
         await self._committed()
 
     async def synced(self) -> None:
-        """Return once the journal holds every record handed to it so far."""
-        await trio.to_thread.run_sync(self._journal.sync)
+        """Return once the journal holds every record handed to it so far (as the session's
+        ``committed`` waits: a run on its own clock does not let that clock run meanwhile)."""
+        await self._committed()
 
     def set_total_calls(self, total: int) -> None:
         """The number of calls the run has, committed (by the journal thread) before its summary."""

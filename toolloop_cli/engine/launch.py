@@ -156,11 +156,15 @@ class Launch:
     def resume(self, run_id: str, *, retry_failed: bool = False, retry_interrupted: bool = False,
                lanes: str | None = None, accept_contract_change: bool = False, halt: HaltPolicy | None = None,
                order: str | None = None, approve: str | None = None, executor: str | None = None,
-               ray_address: str | None = None, owner: str | None = None) -> Prepared:
+               ray_address: str | None = None, owner: str | None = None, raises: dict[str, Any] | None = None,
+               by: str | None = None) -> Prepared:
         """A journaled run (id or unique prefix) ready to go on, its lease taken (by ``owner``, a
         lease token, when given), with its own options but for those given here; a new ``halt`` is
-        journaled with it. Raises UsageError (no such run, ``lanes`` unreadable), RunError (it
-        runs elsewhere) or ConfigError (it cannot be resumed; nothing is written)."""
+        journaled with it, and so are ``raises`` of the budgets of a run a budget paused (made
+        ``by`` a person: ``resume --raise``). Raises UsageError (no such run, ``lanes``
+        unreadable, a run paused by a budget not raised, a raise refused), RunError (it runs
+        elsewhere) or ConfigError (it cannot be resumed; nothing is written)."""
+        from .raises import journal_raises, planned_raises
         from .resume import check_not_running, find_run, owner_token, prepare_resume
 
         store = self.open(create=False)
@@ -178,6 +182,7 @@ class Launch:
             plan, settled = prepare_resume(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
                                            owner=owner, lanes=stream, lanes_name=lanes or "-",
                                            accept_contract_change=accept_contract_change)
+            journal_raises(store, planned_raises(store, run, raises or {}, by=by))
         except BaseException:
             store.release_lease(self.run_id, owner)
             self.close()
@@ -189,6 +194,19 @@ class Launch:
         if halt is not None:
             store.set_option(self.run_id, "halt", halt.journal_form())
         return Prepared(plan, options, run_id=self.run_id, resume=settled, source=run)
+
+    def raise_refusal(self, run_id: str, raises: dict[str, Any] | None) -> str | None:
+        """Why resuming the run with ``raises`` would be a usage error (a budget paused it and is
+        not raised enough, or nothing to raise), or None; nothing is written."""
+        from .raises import planned_raises
+        from .resume import find_run
+
+        store = self.open(create=False)
+        try:
+            planned_raises(store, find_run(store, run_id), raises or {}, by=None)
+        except UsageError as exc:
+            return str(exc)
+        return None
 
     def top_run(self, prepared: Prepared) -> str:
         """The run whose resume finishes a child run (its top ancestor)."""
@@ -209,6 +227,7 @@ class Launch:
             self.run_id = run["run_id"]
             recorded = recorded_records(store, run)
             plan, recording = prepare_replay(store, run, offline=offline, execute_writes=execute_writes)
+            recording.raises = [c for c in store.controls_after(run["run_id"], 0) if c[1] == "raise"]
         finally:
             self.close()
         journaled = RunOptions.from_journal(run["options"])

@@ -4,7 +4,7 @@ answered by the recorded answers; tools run again or their recorded results are 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .rerun import resume_action, write_in_flight
 
@@ -26,6 +26,8 @@ class Recording:
     replay: bool = False
     offline: bool = False  # replay: every tool result from the recording
     execute_writes: bool = False  # replay: run write and destructive tools again too
+    #: replay: the recorded run's budget raises (operator controls of kind ``raise``), met again where they were
+    raises: list = field(default_factory=list)
 
     def action(self, seq: int, tool: object) -> str | None:
         """On resume, what the call at ``seq`` gets by the resume table (``rerun.py``): ``keep``

@@ -55,6 +55,7 @@ from .loopstate import LoopState
 from .budget import BudgetLedger
 from .supervision import Supervision
 from .taint import OPTION as TAINT_OPTION, RunTaint, recorded_run_id
+from .budget_pauses import BudgetPauses
 
 #: replies in a row that hold no valid decision before the loop ends ``malformed_output``
 MALFORMED_LIMIT = 3
@@ -93,6 +94,7 @@ class RoutedRunner(FinalAnswer):
         #: (iteration, rule) of the supervisor pauses a resumed run already stopped at
         self.resumed_pauses: set[tuple[int, str]] = set(recording.pauses) if recording is not None else set()
         self.supervision = Supervision(self)
+        self.budgets = BudgetPauses(self)  # budget.on_exceeded: pause, and the raises that answer it
         self._current: InFlight | None = None  # the call between its gate and its receipt
         self._started: set[int] = set()  # seqs of calls whose first attempt began
         self._scope: trio.CancelScope | None = None
@@ -157,6 +159,7 @@ class RoutedRunner(FinalAnswer):
                                  rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer)
         self._note_starts(run)
         run.watch(self._handed)
+        self.budgets.at_start()
         self.deadline = self.ledger.start()
         outcome, final, why = "timeout", None, None
         try:
@@ -174,6 +177,8 @@ class RoutedRunner(FinalAnswer):
                 why = timeout_why(self.spec.budget)
             if self._current is not None:  # the loop ended while a call ran: cancelled, it gets its receipt
                 why = self._cut_short(outcome, why)
+            if outcome == "timeout" and self.ledger.pauses and self.budgets.out(self.ledger.iterations, "timeout_s"):
+                outcome, why = "paused", None
         finally:
             with trio.CancelScope(shield=True):
                 given = list(run.providers.values())
@@ -219,7 +224,8 @@ class RoutedRunner(FinalAnswer):
         status = {"final": "ok", "paused": "stopped", None: "interrupted"}.get(outcome, "failed")
         summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
                    "loop": self.state.summary(self.models.count, self.ledger),
-                   "error": error_of(outcome, self.scrubbed(why) if why else why), "tainted_by": self.taint.source}
+                   "error": error_of(outcome, self.scrubbed(why) if why else why), "tainted_by": self.taint.source,
+                   "paused_by": self.budgets.paused_by(outcome)}
         if self.contract_changed:
             summary["contract_changed"] = True
         return RunnerEnd(stopped=outcome == "paused", status=status, summary=summary)
@@ -257,6 +263,8 @@ class RoutedRunner(FinalAnswer):
             "tool": tool, "action": action, "reason": reason})
 
     def _check_budgets(self, *, before_router: bool) -> None:
+        if self.ledger.pauses:
+            self.budgets.check(before_router=before_router)
         if before_router and self.ledger.turns_used():
             raise _End("max_iterations", why=f"the router took its {self.spec.budget.max_iterations} turns"
                                              " (max_iterations) without a final answer")
@@ -264,7 +272,9 @@ class RoutedRunner(FinalAnswer):
             raise _End("budget_exceeded", why=self.ledger.exceeded_why())
 
     def _if_overspent(self) -> None:
-        """A request that took the run past its tokens or dollars ends the loop."""
+        """A request that took the run past its tokens or dollars ends (or pauses) the loop."""
+        if self.ledger.pauses:
+            self.budgets.check_reply(self.ledger.iterations)
         if self.ledger.overspent():
             raise _End("budget_exceeded", why=self.ledger.exceeded_why())
 
@@ -285,6 +295,8 @@ class RoutedRunner(FinalAnswer):
             await self.handle.synced()
         profile = self.spec.profiles()[role]
         ledger = self.ledger
+        if ledger.pauses:
+            self.budgets.check(before_router=False)
         if ledger.exhausted():  # a parent's budget spent by its children ends a child
             raise _End("budget_exceeded", why=ledger.exceeded_why())
         left = ledger.tokens_left()
@@ -317,6 +329,8 @@ class RoutedRunner(FinalAnswer):
             decision = Malformed(f"the reply was {CUT}; {decision.why}")
         if isinstance(decision, Decision) and decision.action == "call":
             self.supervision.proposed(decision.tool, sha256_of(decision.args) if decision.args is not None else None)
+        if self.ledger.pauses:  # the reply is kept: its decision is recorded when it is acted on
+            self.budgets.check_reply(it)
         if self.ledger.overspent():
             self._record_decision(it, decision, answer, rejected=None)
             raise _End("budget_exceeded", why=self.ledger.exceeded_why())
@@ -373,6 +387,9 @@ class RoutedRunner(FinalAnswer):
     async def _call(self, it: int, decision: Decision, answer: Any) -> None:
         withheld = self._withheld(decision, answer)
         rejected = self._rejection(decision, withheld=withheld)
+        if rejected is not None and rejected[0] == "over_budget" and self.ledger.tool_calls_pause():
+            self.budgets.check_tool_call(it)  # pauses, or a raise answered it: checked again
+            rejected = self._rejection(decision, withheld=withheld)
         if rejected is not None:
             self._reject(it, decision, answer, decision.tool, *rejected)
             return
@@ -403,6 +420,7 @@ class RoutedRunner(FinalAnswer):
         self.ran.add((tool.id, sha256_of(args)))
         self.ledger.count_tool_call()
         self.state.ran(tool.id, receipt.status)
+        self.supervision.settled(tool.id, receipt)
         if receipt.attempts > 0 or receipt.cache == "hit":
             self.supervision.ran(tool.effect)
 
@@ -468,7 +486,7 @@ class RoutedRunner(FinalAnswer):
                                                                call_key=call_key, iteration=it,
                                                                approval=verdict.approval)
                 except ChildPaused as exc:  # a child run waits for a person: so does this loop
-                    paused = exc
+                    paused, self.budgets.child = exc, exc.paused_by
                 else:  # settled before the nursery closes: an abort read now cannot lose it
                     self._current = None
                     run.settle(receipt)

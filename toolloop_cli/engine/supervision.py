@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..router.judge import judge_messages, parse_verdict
+from ..router.convergence import Convergence
 from ..router.supervisor import SupervisorState, check_rules
 from ..router.views import Malformed, Step, Trajectory
 from ..providers.base import CUT
 from .endings import quoted
 from .model_calls import ProviderFailed
+from .raises import KIND as RAISE
 
 if TYPE_CHECKING:
     from .routed import RoutedRunner
@@ -41,6 +43,7 @@ class Supervision:
         self.fired: dict[int, int] = {}  # rule index -> iteration it last fired
         self.proposals: dict[tuple[str, str], int] = {}
         self.effects_run: dict[str, int] = {}
+        self.convergence = Convergence()
         self.steps: list[Step] = []
         self.controls_seen = 0
         self.aborted: str | None = None  # why, when an operator's abort ended the loop while a call ran
@@ -50,6 +53,11 @@ class Supervision:
     def proposed(self, tool: str | None, args_sha: str | None) -> None:
         if tool is not None and args_sha is not None:
             self.proposals[(tool, args_sha)] = self.proposals.get((tool, args_sha), 0) + 1
+            self.convergence.proposed(tool, args_sha)
+
+    def settled(self, tool: str, receipt: Any) -> None:
+        """A call of the loop got its receipt (or a resume kept it): what the convergence rules see."""
+        self.convergence.settled(tool, receipt.status, receipt.result, receipt.error)
 
     def ran(self, effect: str) -> None:
         self.effects_run[effect] = self.effects_run.get(effect, 0) + 1
@@ -72,6 +80,8 @@ class Supervision:
         run = runner.handle
         at = turn if iteration is None else iteration
         for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
+            if kind == RAISE:  # a budget's raise is read where the budget ran out (budget_pauses.py)
+                continue
             if consumed_at is not None and consumed_at > turn:
                 break  # read at a later turn of the run this resume replays
             if consumed_at is None and not live:
@@ -118,7 +128,7 @@ class Supervision:
         it = runner.ledger.iterations
         for n, kind, message, consumed_at in run.controls_after(self.controls_seen):
             self.controls_seen = n + 1
-            if consumed_at is not None or not run.control_holds(n, kind):
+            if kind == RAISE or consumed_at is not None or not run.control_holds(n, kind):
                 continue
             run.consume_control(n, it)
             said = message or ("aborted by an operator" if kind == "abort" else "")
@@ -133,10 +143,11 @@ class Supervision:
             return None
         state = SupervisorState(iteration=iteration, proposals=dict(self.proposals), effects_run=dict(self.effects_run),
                                 fractions=self.runner.ledger.fractions(), fired=dict(self.fired),
-                                per_tool={k: dict(v) for k, v in self.runner.state.per_tool.items()})
+                                per_tool={k: dict(v) for k, v in self.runner.state.per_tool.items()},
+                                convergence=self.convergence.seen())
         for hit in check_rules(self.spec.rules, state):
             self.fired[hit.rule_index] = iteration
-            ended = self._act(iteration, hit.rule_name, hit.action, hit.reason)
+            ended = self._act(iteration, hit.rule_name, hit.action, hit.reason, hit.steer_message)
             if ended is not None:
                 return ended
         judge = self.spec.judge
@@ -144,7 +155,7 @@ class Supervision:
             return await self._judge(iteration, judge)
         return None
 
-    def _act(self, iteration: int, rule: str, action: str, reason: str) -> Ending | None:
+    def _act(self, iteration: int, rule: str, action: str, reason: str, steer: str | None = None) -> Ending | None:
         self.runner.record_supervisor(iteration, rule, action, reason)
         if action == "abort":
             who = "the judge" if rule == "judge" else f"the supervisor rule {rule}"
@@ -153,7 +164,7 @@ class Supervision:
             # a resumed run passes the pause it was resumed from
             return None if (iteration, rule) in self.runner.resumed_pauses else ("paused", reason)
         if action == "steer":
-            self.runner.steer.append(self.spec.steer_message or reason)  # type: ignore[union-attr]
+            self.runner.steer.append(steer or self.spec.steer_message or reason)  # type: ignore[union-attr]
         return None
 
     async def _judge(self, iteration: int, judge: Any) -> Ending | None:

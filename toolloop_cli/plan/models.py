@@ -51,6 +51,7 @@ class BudgetDecl(Closed):
     max_tool_calls: Annotated[int, Field(ge=0)]
     timeout_s: Annotated[float, Field(gt=0)]
     max_cost_usd: Optional[Annotated[float, Field(gt=0)]] = None
+    on_exceeded: Literal["end", "pause"] = "end"  # pause: a budget that runs out pauses the run (resume --raise)
 
 
 class RuleDecl(Closed):
@@ -60,6 +61,7 @@ class RuleDecl(Closed):
     gt: Optional[Annotated[float, Field(ge=0, lt=1)]] = None
     gte: Optional[Annotated[int, Field(ge=1)]] = None
     effect: Optional[Literal["read", "write", "destructive"]] = None
+    steer_message: Optional[StrictStr] = None  # this rule's own, used instead of the supervisor's when it steers
 
 
 class JudgeDecl(Closed):

@@ -31,6 +31,10 @@ class Budget:
     max_tool_calls: int
     timeout_s: float
     max_cost_usd: float | None = None
+    #: end (the run ends with the budget's outcome) or pause (outcome paused, resumable with --raise)
+    on_exceeded: str = "end"
+    #: the subagent's runner_defaults.max_calls, which a raised max_tool_calls never passes
+    max_calls_cap: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +287,8 @@ class _Checker:
                 self.add("TL420", f"rule {quoted(r.when)} takes no {quoted(name)}", at + (name,),
                          f"{quoted(r.when)} takes: {', '.join(required + optional)}", at_key=True)
                 ok = False
-        rule = Rule(i, r.when, action or "abort", r.count, r.tool, r.gt, r.gte, r.effect)  # type: ignore[arg-type]
+        rule = Rule(i, r.when, action or "abort", r.count, r.tool, r.gt, r.gte, r.effect,  # type: ignore[arg-type]
+                    (r.steer_message or "").strip() or None)
         problem = kind.check(rule)
         if problem is not None:
             self.add("TL420", problem[1], at + (problem[0],), problem[2])
@@ -307,7 +312,7 @@ class _Checker:
             self.add("TL420", "the supervisor needs 'on_violation' when it has rules or a judge", at,
                      "add on_violation: abort | pause | steer", at_key=True)
             ok = False
-        if sv.on_violation == "steer" and not (sv.steer_message or "").strip():
+        if sv.on_violation == "steer" and not _steer_said(sv):
             self.add("TL420", "on_violation: steer needs a steer_message", at + ("on_violation",),
                      "add steer_message: the message the router is given", at_key=True)
             ok = False
@@ -398,7 +403,8 @@ def admit_routed(decl: PlanDecl, contract: Contract, sub: SubagentSpec, col: Col
     spec = RoutedSpec(
         goal=decl.goal, context=context, instructions=instructions, tools=allowed, tool_views=views,
         router_profile=router_profile, final_profile=final_profile,
-        budget=Budget(b.max_iterations, b.max_tokens, max_tool_calls, b.timeout_s, b.max_cost_usd),
+        budget=Budget(b.max_iterations, b.max_tokens, max_tool_calls, b.timeout_s, b.max_cost_usd, b.on_exceeded,
+                      sub.max_calls),
         final_schema=decl.final_schema, final_validator=final_validator, outcomes=outcomes, routes=routes,
         supervisor=supervisor, observation_guards=observation_guards, final_guards=final_guards,
         prompts=Prompts(files[0], files[1], files[2], judge_prompt), inputs=decl.inputs,
@@ -423,6 +429,14 @@ def _check_taint(ck: _Checker, decl: PlanDecl, sub: SubagentSpec, allowed: tuple
                    "use on_write: approve (a person answers each such write) or deny, or drop one of the two"
                    " from allowed_tools", level="warning")
     return on_write
+
+
+def _steer_said(sv: Any) -> bool:
+    """Whether every steer has its message: the supervisor's, or each rule's own when there is no
+    judge (which has only the supervisor's)."""
+    if (sv.steer_message or "").strip():
+        return True
+    return sv.judge is None and bool(sv.rules) and all((r.steer_message or "").strip() for r in sv.rules)
 
 
 def _check_required(ck: _Checker, decl: PlanDecl) -> None:

@@ -206,9 +206,20 @@ def routed_ending(console: Any, summary: dict) -> None:
     if final is not None:
         _line(console, f"final answer: {cell(final, FINAL_CHARS)}")
     elif outcome == "paused":
-        _line(console, "final answer: none yet (the run is paused; resume it to go on)")
+        budget = _paused_budget(summary.get("paused_by"))
+        how = f"raise its {cell(budget)} with resume --raise" if budget else "resume it"
+        _line(console, f"final answer: none yet (the run is paused; {how} to go on)")
     else:
         _line(console, "final answer: none")
+
+
+def _paused_budget(paused_by: Any) -> str | None:
+    """The budget that paused a run, its own or down its paused child runs (``paused_by``)."""
+    while isinstance(paused_by, dict):
+        if paused_by.get("kind") == "budget":
+            return str(paused_by.get("budget"))
+        paused_by = paused_by.get("child")
+    return None
 
 
 def loop_text(summary: dict) -> str:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping
 
+from .convergence import Seen, no_progress, ping_pong, same_error
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One admitted rule; ``index`` is its place in the plan's list (it identifies the rule)."""
@@ -26,6 +28,8 @@ class Rule:
     gt: float | None = None
     gte: int | None = None
     effect: str | None = None
+    #: said to the router instead of the plan's ``steer_message`` when this rule steers
+    steer_message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,8 @@ class SupervisorState:
     fired: Mapping[int, int] = field(default_factory=dict)
     #: calls that ran, per tool: {"calls": N, "ok": N, "failed": N}
     per_tool: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: errors, proposals in order and results seen: what the convergence rules read
+    convergence: Seen = field(default_factory=Seen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class Hit:
     reason: str
     rule_index: int
     action: str
+    steer_message: str | None = None
 
 
 def check_rules(rules: tuple[Rule, ...] | list[Rule], state: SupervisorState) -> list[Hit]:
@@ -62,7 +69,7 @@ def check_rules(rules: tuple[Rule, ...] | list[Rule], state: SupervisorState) ->
             continue
         reason = RULES[rule.when].reason(rule, state)
         if reason is not None:
-            hits.append(Hit(rule.when, reason, rule.index, rule.action))
+            hits.append(Hit(rule.when, reason, rule.index, rule.action, rule.steer_message))
     return hits
 
 
@@ -136,4 +143,11 @@ RULES: dict[str, RuleKind] = {
     "iteration_reached": RuleKind(("gte",), (), _iteration_reached, doc="the run at iteration `gte` or later"),
     "effect_count": RuleKind(("effect", "count"), (), _effect_count,
                              doc="more than `count` calls of that `effect` have run"),
+    # convergence rules (``convergence.py``): loops caught before a budget runs out
+    "same_error": RuleKind(("count",), ("tool",), same_error, check=_count_at_least_one,
+                           doc="`count` receipts of one tool failed with the same error kind and message"),
+    "ping_pong": RuleKind(("count",), (), ping_pong, check=_count_at_least_one,
+                          doc="the last `2 × count` proposed calls alternate between exactly two calls"),
+    "no_progress": RuleKind(("count",), (), no_progress, check=_count_at_least_one,
+                            doc="`count` ok results in a row were empty or repeated an earlier result"),
 }

@@ -133,7 +133,12 @@ async def resume(request: Request) -> Response:
     import anyio
 
     journal = journal_of(request)
-    rid, proc = await in_thread(journal.start_resume, request.path_params["run_id"])
+    body = await body_of(request)
+    if body is not None and (not isinstance(body, dict) or not isinstance(body.get("raise", {}), dict)):
+        raise Refused(400, 'resume takes no body, or {"raise": {NAME: VALUE}} to raise budgets of a run a budget paused')
+    raises = (body or {}).get("raise") or {}
+    user = request.scope["state"]["user"]
+    rid, proc = await in_thread(journal.start_resume, request.path_params["run_id"], raises, user.name)
     with anyio.move_on_after(RESUME_START_S):
         while not await in_thread(journal.resume_under_way, rid, proc):
             await anyio.sleep(0.05)

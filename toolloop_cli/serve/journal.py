@@ -215,10 +215,11 @@ class Journal:
         return (f"run {rid} failed and every call left to run has run; the failed calls run again only with"
                 f" toolloop resume {rid} --retry-failed")
 
-    def start_resume(self, run_id: str) -> tuple[str, Resuming]:
+    def start_resume(self, run_id: str, raises: dict | None = None, by: str | None = None) -> tuple[str, Resuming]:
         """Resume the run in this process, in a thread of its own, with this state folder and the
-        run's own options; 409 when the run is running (or a resume this server started has not
-        ended)."""
+        run's own options, raising ``raises`` (``by`` a person) for a run a budget paused; 409 when
+        the run is running (or a resume this server started has not ended), 422 where ``toolloop
+        resume`` would exit 2 (a budget that paused it not raised, a raise refused)."""
         from ..store import lease_token
 
         run = self._run(run_id)
@@ -235,9 +236,12 @@ class Journal:
             why = self._nothing_left(run)
             if why is not None:
                 raise Refused(409, why)
+            refused = self._raise_refusal(rid, raises or {})
+            if refused is not None:
+                raise Refused(422, refused)
             resuming = Resuming(lease_token())
             self._resumes[rid] = (resuming, time.time())
-        threading.Thread(target=self._resume, args=(rid, resuming), daemon=True,
+        threading.Thread(target=self._resume, args=(rid, resuming, raises or {}, by), daemon=True,
                          name=f"toolloop-serve-resume-{rid}").start()
         return rid, resuming
 
@@ -248,7 +252,16 @@ class Journal:
         run = self.store.get_run(run_id)
         return run is not None and run["summary"] is None and run["lease_owner"] == resuming.owner
 
-    def _resume(self, rid: str, resuming: Resuming) -> None:
+    def _raise_refusal(self, rid: str, raises: dict) -> str | None:
+        from ..engine.launch import Launch
+
+        launch = Launch(self.folder)
+        try:
+            return launch.raise_refusal(rid, raises)
+        finally:
+            launch.close()
+
+    def _resume(self, rid: str, resuming: Resuming, raises: dict | None = None, by: str | None = None) -> None:
         """The run resumed through the engine's launch; its records go to the journal only, what it
         has to say to the server's log."""
         from .._text import escape
@@ -261,7 +274,7 @@ class Journal:
         launch = Launch(self.folder)
         code = 70
         try:
-            prepared = launch.resume(rid, owner=resuming.owner)
+            prepared = launch.resume(rid, owner=resuming.owner, raises=raises, by=by if raises else None)
             result = launch.start(prepared, _Discarded(), handle_signals=False,
                                   on_warning=lambda text: say(f"warning: {text}"))
             code = result.exit_code

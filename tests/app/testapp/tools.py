@@ -438,3 +438,18 @@ async def child_pauses_trio(run_id: str) -> dict:
 async def child_pauses_asyncio(run_id: str) -> dict:
     await asyncio.sleep(0)
     raise _child_paused(run_id)
+
+
+def unavailable(**kwargs) -> dict:
+    """Fails the same way whatever it is given (the convergence rules' same_error)."""
+    raise RuntimeError("service unavailable")
+
+
+def nothing(**kwargs) -> dict:
+    """Finds nothing, whatever it is given (the convergence rules' no_progress)."""
+    return {}
+
+
+def same(**kwargs) -> dict:
+    """The same result whatever it is given (the convergence rules' no_progress)."""
+    return {"items": [1, 2]}
