@@ -64,6 +64,9 @@ class RunServices:
     #: secret values no pointer reaches (credentials read, redacted values a model proposed):
     #: scrubbed from every record the run writes; a child run shares its parent's
     secrets: RunSecrets = field(default_factory=RunSecrets)
+    #: who is told when a call waits for a person or the run ends (``notify.Notifier``), or None;
+    #: a child run shares its parent's
+    notify: Any = None
 
 
 class Sequencer:

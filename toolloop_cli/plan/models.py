@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, StrictStr
 
-from ..contract.models import Closed, Schema
+from ..contract.models import Closed, NotifyDecl, Schema
 from ..router.supervisor import RULES
 
 MODE_KEYS = {
@@ -104,3 +104,4 @@ class PlanDecl(Closed):
     outcomes: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
     routes: Optional[dict[str, StrictStr]] = None
     guardrails: Optional[GuardrailsDecl] = None
+    notify: Optional[NotifyDecl] = None  # overrides the subagent's runner_defaults.notify
