@@ -15,6 +15,7 @@ of the run: scrubbed from every event, record and warning. Nothing here fails th
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import threading
@@ -38,6 +39,7 @@ TIMEOUT_S = 10.0  # each attempt
 ATTEMPTS = 3
 RETRY_PAUSE_S = 1.0  # between two attempts of one event
 FINISH_WAIT_S = 30.0  # what the process waits, after its summary, for the events still to send
+_CUT = "cut"  # an attempt still going when the process stopped waiting
 #: the variable that says where ``toolloop serve`` runs: events then link to the run's page
 SERVE_URL_VAR = "TOOLLOOP_SERVE_URL"
 
@@ -114,6 +116,11 @@ def approve_command(run_id: str, call_key: str | None, item_key: str | None, ans
     return " ".join([*words, answer])
 
 
+async def _kill(proc: trio.Process) -> None:
+    """A command still running at its timeout is killed (it had its 10 s)."""
+    proc.kill()
+
+
 class Notifier:
     """One run's notifications (see the module's docstring). ``store`` keeps the records (from
     the delivery thread; the store is thread-safe); ``warn`` takes a line for a person;
@@ -141,9 +148,9 @@ class Notifier:
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._ready = threading.Event()
-        self._scope: trio.CancelScope | None = None
         self._more: trio.Event = trio.Event()
-        self._closing = False
+        self._cutoff: float | None = None  # when the process stops waiting (trio time), once the run ended
+        self._trying: trio.CancelScope | None = None  # the attempt under way
 
     # --- events ------------------------------------------------------------------------------
     def send(self, event: str, run_id: str | None = None, **fields: Any) -> None:
@@ -212,30 +219,34 @@ class Notifier:
         """The delivery thread's loop: events in order, each with its tries, until the run has
         ended and ``finish`` says so; from then on for at most ``FINISH_WAIT_S``."""
         self._more = trio.Event()
-        with trio.CancelScope() as self._scope:
-            with self._lock:
-                self._token = trio.lowlevel.current_trio_token()
-                self._items.extend(self._early)
-                self._early.clear()
-            self._ready.set()
-            while True:
-                while self._items:
-                    await self._deliver(self._items[0])
-                    self._items.popleft()
-                if self._closing:
-                    return
-                self._more = trio.Event()
-                await self._more.wait()
+        with self._lock:
+            self._token = trio.lowlevel.current_trio_token()
+            self._items.extend(self._early)
+            self._early.clear()
+        self._ready.set()
+        while True:
+            while self._items:
+                if not await self._deliver(self._items[0]):
+                    return  # the process waited for its notifications long enough
+                self._items.popleft()
+            if self._cutoff is not None:
+                return
+            self._more = trio.Event()
+            await self._more.wait()
 
     def _push(self, item: list[Any]) -> None:  # on the delivery thread
         self._items.append(item)
         self._more.set()
 
     def _close(self) -> None:  # on the delivery thread
-        self._closing = True
-        if self._scope is not None:
-            self._scope.deadline = trio.current_time() + FINISH_WAIT_S
+        self._cutoff = trio.current_time() + FINISH_WAIT_S
+        if self._trying is not None:  # an attempt under way stops at the cutoff too
+            self._trying.deadline = min(self._trying.deadline, self._cutoff)
         self._more.set()
+
+    def _left(self) -> float:
+        """Seconds left before the process stops waiting (no limit while the run goes)."""
+        return math.inf if self._cutoff is None else self._cutoff - trio.current_time()
 
     def finish(self) -> None:
         """The run has ended (its ending queued): send what is still to send, for at most
@@ -259,32 +270,44 @@ class Notifier:
         self._items.clear()
         self._early.clear()
 
-    async def _deliver(self, item: list[Any]) -> None:
+    async def _deliver(self, item: list[Any]) -> bool:
+        """Send one event, trying again after a failure; False when the time the process waits
+        after the run ran out first (the event is left to ``finish``)."""
         event = item[0]
         body = dumps(event)
         while item[1] < ATTEMPTS:
             if item[1]:
-                await trio.sleep(RETRY_PAUSE_S)
-            error = await self._attempt(body)
+                await trio.sleep(max(0.0, min(RETRY_PAUSE_S, self._left())))
+            # one deadline at a time: the attempt's, cut to the time left once the run has ended
+            left = self._left()
+            if left <= 0:
+                return False
+            error = await self._attempt(body, min(TIMEOUT_S, left))
+            if error is _CUT:
+                return False
             item[1] += 1
             self._record(event, item[1], error)
             if error is None:
-                return
+                return True
+        return True
 
-    async def _attempt(self, body: bytes) -> str | None:
-        """One try: None when it went through, else why not (never a header's value)."""
-        with trio.move_on_after(TIMEOUT_S):
+    async def _attempt(self, body: bytes, timeout: float) -> str | None:
+        """One try: None when it went through, else why not (never a header's value); ``_CUT``
+        when it was still going when the time the process waits ran out."""
+        with trio.move_on_after(timeout) as self._trying:
             try:
                 if self.target.command is not None:
                     return await self._run_command(body)
                 return await self._post(body)
             except (OSError, ValueError) as exc:
                 return f"cannot start it: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
-        return f"no answer within {TIMEOUT_S:g} s"
+            finally:
+                self._trying = None
+        return _CUT if self._left() <= 0 else f"no answer within {TIMEOUT_S:g} s"
 
     async def _run_command(self, body: bytes) -> str | None:
         proc = await trio.run_process(list(self.target.command or ()), stdin=body, capture_stdout=True,
-                                      capture_stderr=True, check=False)
+                                      capture_stderr=True, check=False, deliver_cancel=_kill)
         if proc.returncode == 0:
             return None
         said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
