@@ -402,9 +402,76 @@ def test_runs_show_prints_notifications_before_the_summary_and_header_values_are
     assert [r["type"] for r in rows] == ["approval_request", "notification", "notification", "notification", "summary"]
     assert [(r["event"], r["attempt"], r["ok"], r["error"]) for r in rows[1:4]] == [
         ("approval_request", 1, False, "HTTP 500"), ("approval_request", 2, True, None), ("paused", 1, True, None)]
-    table = cli("runs", "show", rid, "--format", "table", env=env)
-    assert table.returncode == 0 and b"approval_request" in table.stdout
-    written = [ran.stdout, ran.stderr, shown.stdout, table.stdout, (tmp_path / "audit.jsonl").read_bytes()]
+    written = [ran.stdout, ran.stderr, shown.stdout, (tmp_path / "audit.jsonl").read_bytes()]
     written += [p.read_bytes() for p in (tmp_path / ".toolloop").iterdir() if p.is_file()]
     for secret in (token.encode(), b"hook-tok-5e1f2a9b7c"):
         assert not any(secret in blob for blob in written)
+
+
+# --- declarations and routed runs ------------------------------------------------------------------
+
+@pytest.mark.parametrize("block, message", [
+    ("{command: [x], url: 'http://127.0.0.1:1/'}",
+     "'notify': needs exactly one of 'command' (a program given the event on standard input) or 'url' (the event"
+     " is POSTed to it)"),
+    ("{on: [finished]}", "'notify': needs exactly one of 'command'"),
+    ("{url: 'ftp://127.0.0.1/'}", "'notify': 'url' must be an http:// or https:// address"),
+    ("{command: [x], headers_env: {Authorization: T}}", "'notify': 'headers_env' goes with 'url', not with 'command'"),
+    ("{command: [x], on: [finished, done]}", "item 2 of 'on' must be one of 'approval_request', 'paused', 'failed'"
+                                             " or 'finished', found 'done'"),
+    ("{command: [x], on: []}", "'on' must not be empty"),
+])
+def test_a_notify_block_is_checked_before_anything_runs(tmp_path, block, message):
+    from toolloop_cli.errors import ConfigError
+    from toolloop_cli.plan.admit import admit_plan
+
+    plan = _files(tmp_path, plan_notify=block, calls="  - {tool: echo, args: {n: 1}}\n")
+    with pytest.raises(ConfigError) as caught:
+        admit_plan(plan)
+    found = [p for p in caught.value.problems if p.path.startswith("notify")]
+    assert found and found[0].code == "TL203" and message in found[0].message, caught.value.problems
+    # the same block under the registry's runner_defaults is refused there too
+    reg_only = _files(tmp_path, registry_notify=block, calls="  - {tool: echo, args: {n: 1}}\n")
+    with pytest.raises(ConfigError) as caught:
+        admit_plan(reg_only)
+    assert any(message in p.message and "runner_defaults" in p.path for p in caught.value.problems)
+
+
+def test_a_routed_call_waiting_for_a_person_is_told_with_its_turn_and_the_run_pauses(tmp_path):
+    from conftest import APP
+    from toolloop_cli.engine.run import execute_plan
+    from toolloop_cli.plan.admit import admit_plan
+    from toolloop_cli.providers import ModelReply
+    from toolloop_cli.providers.scripted import ScriptedProvider
+
+    write(tmp_path / "sink.py", SINK)
+    plan = write(tmp_path / "plan.yml", f"""
+        version: 1
+        registry: {APP / "registry.yml"}
+        subagent: t
+        mode: routed
+        goal: Pay.
+        allowed_tools: [echo, pay]
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {{max_iterations: 4, max_tokens: 10000, max_tool_calls: 3, timeout_s: 30}}
+        final_schema: {{type: object}}
+        notify: {{command: [{sys.executable}, ./sink.py, {tmp_path / "got.jsonl"}]}}
+    """)
+    call = '{"action": "call", "tool": "pay", "args": {"amount": 500}, "reason": "pay it"}'
+    provider = ScriptedProvider([ModelReply(call, 10, 5, "m")])
+    store = Store(tmp_path / "state")
+    try:
+        result = execute_plan(admit_plan(plan), store, lambda _r: None,
+                              RunOptions(handle_signals=False, providers={"openai": provider}, labels={}))
+    finally:
+        store.close()
+    rid = result.summary["run_id"]
+    assert result.summary["outcome"] == "paused" and result.exit_code == 4
+    events = got_events(tmp_path / "got.jsonl")
+    assert [e["event"] for e in events] == ["approval_request", "paused"]
+    assert events[0]["tool"] == "pay" and events[0]["call_key"] == "1" and events[0]["args"] == {"amount": 500}
+    assert events[0]["reason"] == "args.amount > 100"
+    line = f"toolloop approve {rid} 1 --state-dir {tmp_path / 'state'} --approve"
+    assert events[0]["approve_command"] == events[1]["approve_command"] == line
+    assert events[1]["outcome"] == "paused" and events[1]["status"] == "stopped"

@@ -113,12 +113,12 @@ class NotifyDecl(Closed):
     @model_validator(mode="after")
     def _one_target(self) -> "NotifyDecl":
         if (self.command is None) == (self.url is None):
-            raise PydanticCustomError("notify", "notify needs exactly one of 'command' (a program given the event"
-                                                " on standard input) or 'url' (the event is POSTed to it)")
+            raise PydanticCustomError("notify", "needs exactly one of 'command' (a program given the event on"
+                                                " standard input) or 'url' (the event is POSTed to it)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
-            raise PydanticCustomError("notify", "notify.url must be an http:// or https:// address")
+            raise PydanticCustomError("notify", "'url' must be an http:// or https:// address")
         if self.command is not None and self.headers_env:
-            raise PydanticCustomError("notify", "notify.headers_env goes with 'url', not with 'command'")
+            raise PydanticCustomError("notify", "'headers_env' goes with 'url', not with 'command'")
         return self
 
 
