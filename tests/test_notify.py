@@ -223,7 +223,8 @@ def test_after_the_run_ends_the_process_waits_for_its_notifications_at_most_30_s
     assert shown[:2] == [("failed", 1, False, "no answer within 10 s"), ("failed", 2, False, "no answer within 10 s")]
     never = "not sent: the process waited 30 s for it after the run ended"
     assert shown[2:] == [("failed", 0, False, never), ("finished", 0, False, never)]
-    assert "never sent" in warnings[-1]
+    assert warnings[-1] == (f"2 notifications of run R1 to command {Path(sys.executable).name} never sent (failed,"
+                            " finished): the process waited 30 s for them after the run ended")
     store.close()
 
 
@@ -475,3 +476,25 @@ def test_a_routed_call_waiting_for_a_person_is_told_with_its_turn_and_the_run_pa
     line = f"toolloop approve {rid} 1 --state-dir {tmp_path / 'state'} --approve"
     assert events[0]["approve_command"] == events[1]["approve_command"] == line
     assert events[1]["outcome"] == "paused" and events[1]["status"] == "stopped"
+
+
+def test_a_replay_tells_nobody(tmp_path):
+    """The recorded run was told about; replaying it (a check of the recording) sends nothing."""
+    from conftest import ROOT
+
+    text = (ROOT / "plans" / "routed-example.yml").read_text()
+    for rel in ("../registries/demo.yml", "prompts/routed-example.md", "fixtures/routed-example.jsonl"):
+        text = text.replace(rel, str((ROOT / "plans" / rel).resolve()))
+    write(tmp_path / "sink.py", SINK)
+    plan = write(tmp_path / "plan.yml", text + f"notify: {{command: [{sys.executable}, ./sink.py,"
+                                                f" {tmp_path / 'got.jsonl'}], on: [finished]}}\n")
+    result, _sink = _start(tmp_path, plan)
+    assert result.summary["outcome"] == "final"
+    assert [e["event"] for e in got_events(tmp_path / "got.jsonl")] == ["finished"]
+    launch = Launch(tmp_path / "state")
+    replayed = launch.start(launch.replay(result.summary["run_id"]), Sink(), handle_signals=False)
+    assert replayed.summary["outcome"] == "final" and replayed.summary["run_id"] != result.summary["run_id"]
+    assert [e["event"] for e in got_events(tmp_path / "got.jsonl")] == ["finished"]
+    store = Store(tmp_path / "state")
+    assert records(store, replayed.summary["run_id"]) == []
+    store.close()

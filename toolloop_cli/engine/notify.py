@@ -265,10 +265,17 @@ class Notifier:
         thread.join(FINISH_WAIT_S + 5)  # the delivery thread keeps the time itself; this is a safety net
         if thread.is_alive():
             return
-        for event, _tries in [*self._items, *self._early]:
-            self._record(event, 0, f"not sent: the process waited {FINISH_WAIT_S:g} s for it after the run ended")
+        left = [*self._items, *self._early]
         self._items.clear()
         self._early.clear()
+        why = f"not sent: the process waited {FINISH_WAIT_S:g} s for it after the run ended"
+        for event, _tries in left:
+            self._record(event, 0, why, warn=False)
+        if left:  # one line, however many there were
+            names = ", ".join(dict.fromkeys(event["event"] for event, _tries in left))
+            self._warn(f"{len(left)} notification{'s' if len(left) != 1 else ''} of run {self.run_id} to"
+                       f" {self.target.shown()} never sent ({names}): the process waited {FINISH_WAIT_S:g} s"
+                       " for them after the run ended")
 
     async def _deliver(self, item: list[Any]) -> bool:
         """Send one event, trying again after a failure; False when the time the process waits
@@ -330,7 +337,7 @@ class Notifier:
         return f"HTTP {answer.status_code}"
 
     # --- records -----------------------------------------------------------------------------
-    def _record(self, event: dict[str, Any], attempt: int, error: str | None) -> None:
+    def _record(self, event: dict[str, Any], attempt: int, error: str | None, warn: bool = True) -> None:
         record = {"type": "notification", "run_id": event["run_id"], "event": event["event"], "attempt": attempt,
                   "ok": error is None, "error": None if error is None else self.secrets.text(error),
                   "at": rfc3339(time.time())}
@@ -338,10 +345,9 @@ class Notifier:
             self.store.put_notification(record)
         except Exception as exc:  # noqa: BLE001 - a notification never fails the run
             self._warn(f"a notification record of run {self.run_id} could not be kept: {excerpt(str(exc))}")
-        if error is not None:
-            tries = f"attempt {attempt} of {ATTEMPTS}" if attempt else "never sent"
+        if error is not None and warn:
             self._warn(f"notification {event['event']} of run {event['run_id']} to {self.target.shown()} failed"
-                       f" ({tries}): {record['error']}")
+                       f" (attempt {attempt} of {ATTEMPTS}): {record['error']}")
 
     def _warn(self, text: str) -> None:
         if self.warn is not None:
