@@ -148,9 +148,11 @@ def test_only_the_events_in_on_are_sent_and_a_paused_run_has_not_finished(tmp_pa
     n, store, _w = notifier(tmp_path, NotifyTarget(on=frozenset({"paused", "finished"}), command=tuple(argv)))
     n.approval_request(run_id="R1", tool="pay", call_key="0", item_key=None, args={})
     n.ended({"status": "stopped"}, [(None, "0", None)])
+    n.ended({"status": "interrupted"}, [])  # exit 130: failed (not in on) and finished
     n.finish()
     events = got_events(got)
-    assert [e["event"] for e in events] == ["paused"]
+    assert [e["event"] for e in events] == ["paused", "finished"]
+    assert events[1]["status"] == "interrupted"
     assert events[0]["approve_command"] == "toolloop approve R1 0 --approve"
     assert events[0]["reason"] == "1 call waits for a person"
     store.close()
@@ -301,11 +303,49 @@ def test_a_call_waiting_for_a_person_sends_approval_request_then_paused_then_fin
 
 
 def test_by_default_only_approval_requests_and_pauses_are_sent(tmp_path):
-    plan = _files(tmp_path, plan_notify=f"{{command: [{sys.executable}, ./sink.py, {tmp_path / 'got.jsonl'}]}}",
-                  calls="  - {tool: echo, args: {n: 1}}\n")
+    plan = _files(tmp_path, plan_notify=f"{{command: [{sys.executable}, ./sink.py, {tmp_path / 'got.jsonl'}]}}")
     result, _sink = _start(tmp_path, plan)
-    assert result.summary["status"] == "ok"
-    assert not (tmp_path / "got.jsonl").exists()
+    rid = result.summary["run_id"]
+    assert [e["event"] for e in got_events(tmp_path / "got.jsonl")] == ["approval_request", "paused"]
+    store = Store(tmp_path / "state")
+    assert store.answer_approval(rid, None, "open", "approved", approver="test")
+    store.close()
+    launch = Launch(tmp_path / "state")
+    assert launch.start(launch.resume(rid), Sink(), handle_signals=False).summary["status"] == "ok"
+    assert [e["event"] for e in got_events(tmp_path / "got.jsonl")] == ["approval_request", "paused"]  # no finished
+
+
+def test_each_waiting_lane_is_told_with_its_item_key_and_a_halt_is_a_pause_too(tmp_path):
+    from toolloop_cli.engine.launch import HaltPolicy
+
+    _files(tmp_path)
+    plan_path = write(tmp_path / "plans" / "lanes.yml", f"""
+        version: 1
+        registry: ../reg/reg.yml
+        subagent: t
+        mode: parallel
+        notify: {{command: [{sys.executable}, ./sink.py, {tmp_path / 'got.jsonl'}]}}
+        max_concurrency: 2
+        lanes:
+          - {{item_key: a, calls: [{{call_key: pay, tool: pay, args: {{amount: 500, to: x}}}}]}}
+          - {{item_key: b, calls: [{{call_key: pay, tool: pay, args: {{amount: 900, to: y}}}}]}}
+    """)
+    result, _sink = _start(tmp_path, plan_path)
+    rid = result.summary["run_id"]
+    events = got_events(tmp_path / "got.jsonl")
+    requests = sorted((e for e in events if e["event"] == "approval_request"), key=lambda e: e["item_key"])
+    assert [(e["item_key"], e["args"]["amount"], e["approve_command"]) for e in requests] == [
+        ("a", 500, f"toolloop approve {rid} pay --item a --state-dir {tmp_path / 'state'} --approve"),
+        ("b", 900, f"toolloop approve {rid} pay --item b --state-dir {tmp_path / 'state'} --approve")]
+    paused = [e for e in events if e["event"] == "paused"]
+    assert len(paused) == 1 and paused[0]["reason"] == "2 calls wait for a person" and "approve_command" not in paused[0]
+    # a run stopped by its halt policy stops resumable too: it is a pause
+    (tmp_path / "got.jsonl").unlink()
+    halted = _files(tmp_path, plan_notify=f"{{command: [{sys.executable}, ./sink.py, {tmp_path / 'got.jsonl'}]}}",
+                    calls="  [{tool: vault, args: {user: u, password: p}}, {tool: echo, args: {n: 1}}]")
+    result, _sink = _start(tmp_path, halted, RunOptions(halt=HaltPolicy("now", fail_count=1), approve="none"))
+    assert result.summary["status"] == "stopped"
+    assert [(e["event"], e["status"]) for e in got_events(tmp_path / "got.jsonl")] == [("paused", "stopped")]
 
 
 def test_a_failed_run_sends_failed_and_finished_and_a_broken_receiver_never_fails_the_run(tmp_path, monkeypatch):
@@ -400,6 +440,13 @@ def test_runs_show_prints_notifications_before_the_summary_and_header_values_are
     assert all(h["Authorization"] == token for h, _b in hook.got)
     shown = cli("runs", "show", rid, "--format", "jsonl", env=env)
     rows = jsonl(shown.stdout)
+    from jsonschema import Draft202012Validator
+
+    from toolloop_cli.record_schema import receipt_schema
+
+    checker = Draft202012Validator(receipt_schema())
+    assert all(checker.is_valid(r) for r in rows if r["type"] == "notification")
+    assert not checker.is_valid({**rows[1], "event": "done"})
     assert [r["type"] for r in rows] == ["approval_request", "notification", "notification", "notification", "summary"]
     assert [(r["event"], r["attempt"], r["ok"], r["error"]) for r in rows[1:4]] == [
         ("approval_request", 1, False, "HTTP 500"), ("approval_request", 2, True, None), ("paused", 1, True, None)]
