@@ -416,7 +416,17 @@ def test_runs_show_prints_notifications_before_the_summary_and_header_values_are
                                                                                                  receiver):
     hook = receiver(statuses=(500, 204))
     token = "Bearer hook-tok-5e1f2a9b7c"
-    write(tmp_path / "reg.yml", registry())
+    # a tool that reads the hook's token from the environment and returns it: the run's records
+    # must still never hold it (header values are secrets of the run)
+    write(tmp_path / "lib" / "hookapp.py", "import os\n\ndef leak():\n    return {'seen': os.environ['HOOK_TOKEN']}\n")
+    leak = """
+      leak:
+        callable: hookapp:leak
+        description: Reads the hook's token.
+        input_schema: {type: object}
+        output_schema: {}
+"""
+    write(tmp_path / "reg.yml", registry(extra=leak))
     write(tmp_path / "plan.yml", f"""
         version: 1
         registry: reg.yml
@@ -424,14 +434,16 @@ def test_runs_show_prints_notifications_before_the_summary_and_header_values_are
         mode: sequential
         notify: {{url: "{hook.url}", headers_env: {{Authorization: HOOK_TOKEN}}, on: [approval_request, paused]}}
         calls:
+          - {{tool: leak, args: {{}}}}
           - {{tool: vault, call_key: open, args: {{user: ann, password: pw-1}}}}
     """)
-    env = {"HOOK_TOKEN": token, "TOOLLOOP_SERVE_URL": "http://127.0.0.1:8765"}
+    env = {"HOOK_TOKEN": token, "TOOLLOOP_SERVE_URL": "http://127.0.0.1:8765", "PYTHONPATH": str(tmp_path / "lib")}
     ran = cli("run", "plan.yml", "--format", "jsonl", "--audit", "audit.jsonl", env=env)
     assert ran.returncode == 4, ran.stderr
     out = jsonl(ran.stdout)
     rid = out[-1]["run_id"]
-    assert [r["type"] for r in out] == ["summary"]  # no notification record among the run's output
+    assert [r["type"] for r in out] == ["receipt", "summary"]  # no notification record among the run's output
+    assert out[0]["status"] == "ok" and "[REDACTED]" in out[0]["result"]["seen"]
     assert f"warning: notification approval_request of run {rid} to http://127.0.0.1:" in ran.stderr.decode()
     bodies = [body for _h, body in hook.got]
     assert [b["event"] for b in bodies] == ["approval_request", "approval_request", "paused"]
@@ -446,9 +458,10 @@ def test_runs_show_prints_notifications_before_the_summary_and_header_values_are
 
     checker = Draft202012Validator(receipt_schema())
     assert all(checker.is_valid(r) for r in rows if r["type"] == "notification")
-    assert not checker.is_valid({**rows[1], "event": "done"})
-    assert [r["type"] for r in rows] == ["approval_request", "notification", "notification", "notification", "summary"]
-    assert [(r["event"], r["attempt"], r["ok"], r["error"]) for r in rows[1:4]] == [
+    assert not checker.is_valid({**rows[2], "event": "done"})
+    assert [r["type"] for r in rows] == ["receipt", "approval_request", "notification", "notification", "notification",
+                                         "summary"]
+    assert [(r["event"], r["attempt"], r["ok"], r["error"]) for r in rows[2:5]] == [
         ("approval_request", 1, False, "HTTP 500"), ("approval_request", 2, True, None), ("paused", 1, True, None)]
     written = [ran.stdout, ran.stderr, shown.stdout, (tmp_path / "audit.jsonl").read_bytes()]
     written += [p.read_bytes() for p in (tmp_path / ".toolloop").iterdir() if p.is_file()]
@@ -545,3 +558,66 @@ def test_a_replay_tells_nobody(tmp_path):
     store = Store(tmp_path / "state")
     assert records(store, replayed.summary["run_id"]) == []
     store.close()
+
+
+def test_a_child_runs_call_that_waits_is_told_with_the_childs_run_id(tmp_path):
+    from conftest import APP
+    from toolloop_cli.engine.run import execute_plan
+    from toolloop_cli.plan.admit import admit_plan
+    from toolloop_cli.providers import ModelReply
+    from toolloop_cli.providers.scripted import ScriptedProvider
+
+    write(tmp_path / "sink.py", SINK)
+    write(tmp_path / "child.yml", """
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Write it.
+        allowed_tools: [gated]
+        router_profile: {provider: openai, model: m}
+        final_profile: {provider: openai, model: m}
+        budget: {max_iterations: 4, max_tokens: 10000, max_tool_calls: 3, timeout_s: 30}
+        final_schema: {type: object}
+    """)
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{tool_timeout_s: 30}}
+            tools:
+              gated:
+                callable: testapp.tools:echo
+                description: A person approves every call.
+                effect: write
+                approval: required
+                input_schema: {{type: object}}
+                output_schema: {{}}
+              child:
+                plan: child.yml
+                description: A routed child.
+    """)
+    plan = write(tmp_path / "plan.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: sequential
+        notify: {{command: [{sys.executable}, ./sink.py, {tmp_path / "got.jsonl"}]}}
+        calls:
+          - {{tool: child, call_key: ask, args: {{}}}}
+    """)
+    call = '{"action": "call", "tool": "gated", "args": {"n": 1}, "reason": "write"}'
+    store = Store(tmp_path / "state")
+    try:
+        result = execute_plan(admit_plan(plan), store, lambda _r: None, RunOptions(
+            handle_signals=False, providers={"openai": ScriptedProvider([ModelReply(call, 10, 5, "m")])}))
+        child_id = store.child_run(result.summary["run_id"], 0)["run_id"]
+    finally:
+        store.close()
+    assert result.summary["status"] == "stopped"
+    events = got_events(tmp_path / "got.jsonl")
+    assert [(e["event"], e["run_id"]) for e in events] == [("approval_request", child_id),
+                                                           ("paused", result.summary["run_id"])]
+    assert events[0]["approve_command"] == f"toolloop approve {child_id} 1 --state-dir {tmp_path / 'state'} --approve"
+    assert "approve_command" not in events[1]  # the parent waits for its child, not for a call of its own

@@ -285,6 +285,9 @@ class RunSession:
             services.approvals = Approvals(store, run_id, warn=options.on_warning)
             services.ask = options.ask
         services.before_start = self._before_start
+        if notify is not None:
+            # the hook's header values are the run's secrets, also in a run that tells nobody (a replay)
+            services.secrets.add(notify.secrets(os.environ))
         if notify is not None and options.notifications:
             from .notify import Notifier
 
