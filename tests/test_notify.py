@@ -621,3 +621,15 @@ def test_a_child_runs_call_that_waits_is_told_with_the_childs_run_id(tmp_path):
                                                            ("paused", result.summary["run_id"])]
     assert events[0]["approve_command"] == f"toolloop approve {child_id} 1 --state-dir {tmp_path / 'state'} --approve"
     assert "approve_command" not in events[1]  # the parent waits for its child, not for a call of its own
+
+
+def test_an_event_after_the_delivery_thread_stopped_is_recorded_as_never_sent(tmp_path):
+    argv, got = sink_command(tmp_path)
+    n, store, warnings = notifier(tmp_path, NotifyTarget(on=frozenset(notify.EVENTS), command=tuple(argv)))
+    n.ended({"status": "ok"}, [])
+    n.finish()
+    n.approval_request(run_id="R1", tool="pay", call_key="0", item_key=None, args={})  # too late: never raises
+    n.finish()
+    assert records(store)[-1][:3] == ("approval_request", 0, False)
+    assert [e["event"] for e in got_events(got)] == ["finished"]
+    store.close()

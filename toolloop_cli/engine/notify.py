@@ -205,7 +205,11 @@ class Notifier:
                     self._thread = threading.Thread(target=self._serve_thread, name="toolloop-notify", daemon=True)
                     self._thread.start()
                 return
-        token.run_sync_soon(self._push, item)
+        try:
+            token.run_sync_soon(self._push, item)
+        except trio.RunFinishedError:  # the delivery thread has stopped: ``finish`` says it was never sent
+            with self._lock:
+                self._early.append(item)
 
     def _serve_thread(self) -> None:
         try:
