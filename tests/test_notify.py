@@ -90,6 +90,8 @@ class Sink:
     def __init__(self, on_summary=None):
         self.got: list[dict] = []
         self.on_summary = on_summary
+        self.on_flush = None
+        self.flushed_after_summary = 0
 
     def write(self, record: dict) -> None:
         if record["type"] == "summary" and self.on_summary is not None:
@@ -97,7 +99,10 @@ class Sink:
         self.got.append(record)
 
     def flush(self) -> None:
-        pass
+        if self.got and self.got[-1]["type"] == "summary":
+            self.flushed_after_summary += 1
+            if self.on_flush is not None:
+                self.on_flush()
 
 
 def notifier(tmp_path, target: NotifyTarget, **kwargs) -> tuple[Notifier, Store, list[str]]:
@@ -400,9 +405,12 @@ def test_a_receiver_that_hangs_does_not_hold_the_run_back(tmp_path, monkeypatch)
         seen_at_summary.append(con.execute("SELECT COUNT(*) FROM notifications").fetchone()[0])
         con.close()
 
-    result, sink = _start(tmp_path, plan, sink=Sink(on_summary=look))
+    sink = Sink(on_summary=look)
+    sink.on_flush = lambda: look({})  # the summary is flushed to its reader before the process waits
+    result, sink = _start(tmp_path, plan, sink=sink)
     assert result.summary["status"] == "stopped" and sink.got[-1] == result.summary
-    assert seen_at_summary == [0]  # the summary was out while the first attempt still waited
+    assert seen_at_summary == [0, 0]  # the summary was out, and flushed, while the first attempt still waited
+    assert sink.flushed_after_summary == 1
     store = Store(tmp_path / "state")
     never = "not sent: the process waited 0.5 s for it after the run ended"
     assert records(store, result.summary["run_id"]) == [("approval_request", 0, False, never),

@@ -412,11 +412,25 @@ class RunSession:
                 self.emit(result.summary)
             finally:  # exported after the summary is out: a slow collector delays only the exit
                 self._end_telemetry(result.summary if "result" in locals() else {"status": "failed"})
-                if notifier is not None:  # told last, after the summary: a slow receiver delays only the exit
-                    if "result" in locals():
-                        notifier.ended(result.summary, state.paused)
-                    notifier.finish()
+                if notifier is not None and "result" not in locals():
+                    notifier.finish()  # what was queued while the run went is still sent
+            if notifier is not None:  # told last, after the summary: a slow receiver delays only the exit
+                self._tell_ending(notifier, result.summary)
         return result
+
+    def _tell_ending(self, notifier: Any, summary: dict[str, Any]) -> None:
+        """The run's ending to the notifier, once its summary is out where a reader sees it (flushed:
+        the process may wait for its notifications before it closes its output)."""
+        unwritable: BaseException | None = None
+        if self.options.flush_output is not None:
+            try:
+                self.options.flush_output()
+            except OSError as exc:  # the reader went away: said once the notifications are sent
+                unwritable = exc
+        notifier.ended(summary, self.state.paused)
+        notifier.finish()
+        if unwritable is not None:
+            raise unwritable
 
     def handle(self) -> RunHandle:
         """What the runner may do to this run (``handle.py``); the settlement and the journal are open."""
