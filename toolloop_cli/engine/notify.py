@@ -93,9 +93,10 @@ def notify_target(plan: Any) -> NotifyTarget | None:
     if decl is not None:
         base = Path(os.path.abspath(plan.path)).parent
     else:
-        registry = getattr(plan.contract, "decl", None)
-        sub = registry.subagents.get(plan.subagent.id) if registry is not None else None
-        decl = sub.runner_defaults.notify if sub is not None else None
+        # a contract compiled in process may carry no registry declaration: then nothing says notify
+        subagents = getattr(getattr(plan.contract, "decl", None), "subagents", None)
+        sub = subagents.get(plan.subagent.id) if isinstance(subagents, dict) else None
+        decl = getattr(getattr(sub, "runner_defaults", None), "notify", None)
         base = Path(os.path.abspath(plan.contract.file)).parent
     if decl is None:
         return None
