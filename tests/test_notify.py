@@ -641,3 +641,17 @@ def test_an_event_after_the_delivery_thread_stopped_is_recorded_as_never_sent(tm
     assert records(store)[-1][:3] == ("approval_request", 0, False)
     assert [e["event"] for e in got_events(got)] == ["finished"]
     store.close()
+
+
+def test_pruning_a_run_deletes_its_notification_records(tmp_path):
+    plan = _files(tmp_path, plan_notify=f"{{command: [{sys.executable}, ./sink.py, {tmp_path / 'got.jsonl'}],"
+                                        " on: [finished]}", calls="  - {tool: echo, args: {n: 1}}\n")
+    result, _sink = _start(tmp_path, plan)
+    rid = result.summary["run_id"]
+    store = Store(tmp_path / "state")
+    try:
+        assert records(store, rid) == [("finished", 1, True, None)]
+        assert store.delete_runs(store.prunable_runs())["runs"] == 1
+        assert store.notifications_of(rid) == []
+    finally:
+        store.close()
