@@ -276,7 +276,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -F
 complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s records and model answers as JSON Lines: a replay fixture as it is.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a prune -d 'Delete finished runs and the cache entries only they used; report what was freed.'
-complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then the calls waiting for approval and the notifications sent about it, then its summary (byte for byte what the run printed as JSON Lines, for a finished run without notifications).'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a verify -d 'Recompute the hash chain over a run\'s records; exit 1 naming the first record that does not match.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -s h -l help -d 'Show this message and exit.'
 

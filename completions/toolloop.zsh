@@ -208,7 +208,7 @@ _toolloop_runs() {
         'export:A run'\''s records and model answers as JSON Lines\: a replay fixture as it is.'
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
         'prune:Delete finished runs and the cache entries only they used; report what was freed.'
-        'show:The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'
+        'show:The receipts of a run again, in order, then the calls waiting for approval and the notifications sent about it, then its summary (byte for byte what the run printed as JSON Lines, for a finished run without notifications).'
         'verify:Recompute the hash chain over a run'\''s records; exit 1 naming the first record that does not match.'
     )
     _arguments -C \

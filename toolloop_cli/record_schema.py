@@ -240,9 +240,24 @@ class TestSummaryRecord(_Record):
     duration_ms: float = Field(ge=0)
 
 
+class NotificationRecord(_Record):
+    """One attempt to tell someone about a run (``notify``): in the journal and ``runs show``,
+    never among a run's own output; ``attempt`` 0 for an event never sent (the process stopped
+    waiting for it)."""
+
+    type: Literal["notification"]
+    run_id: str
+    event: Literal["approval_request", "paused", "failed", "finished"]
+    attempt: int = Field(ge=0)
+    ok: bool
+    error: Optional[str]
+    at: str = RFC3339
+
+
 class OutputRecord(BaseModel):
     record: Union[ReceiptRecord, SummaryRecord, DecisionRecord, SupervisorRecord, GuardrailRecord,
-                  ModelAnswerRecord, TestRecord, TestSummaryRecord] = Field(discriminator="type")
+                  ModelAnswerRecord, TestRecord, TestSummaryRecord,
+                  NotificationRecord] = Field(discriminator="type")
 
 
 def receipt_schema() -> dict:

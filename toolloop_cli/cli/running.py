@@ -194,6 +194,8 @@ def _budget_out(paused_by: Any) -> tuple[str, Any] | None:
 
 
 def _tell_paused(rid: str, paused: list) -> None:
+    from ..engine.notify import approve_command  # the one builder of the line (notifications carry it too)
+
     if len(paused) > PAUSED_NOTICES:  # many gated calls: one line, and where to see them all
         notice(f"{len(paused)} calls wait for approval: toolloop approvals list {rid};"
                f" answer them all with toolloop approve {rid} --all-pending --approve|--reject")
@@ -203,5 +205,4 @@ def _tell_paused(rid: str, paused: list) -> None:
         if child_run_id is not None:
             notice(f"{where} runs child run {child_run_id}, which waits: see toolloop approvals list {child_run_id}")
             continue
-        notice(f"{where} waits for approval: "
-               f"toolloop approve {rid} {call_key}{f' --item {item_key}' if item_key else ''} --approve|--reject")
+        notice(f"{where} waits for approval: {approve_command(rid, call_key, item_key, '--approve|--reject')}")

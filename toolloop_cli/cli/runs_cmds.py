@@ -110,8 +110,9 @@ def show_run(
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
     contract: bool = typer.Option(False, "--contract", help="Print the contract the run used (stored with it) instead, as JSON."),
 ) -> None:
-    """The receipts of a run again, in order, then the calls waiting for approval, then its summary
-    (byte for byte what the run printed as JSON Lines, for a finished run)."""
+    """The receipts of a run again, in order, then the calls waiting for approval and the
+    notifications sent about it, then its summary (byte for byte what the run printed as JSON
+    Lines, for a finished run without notifications)."""
     from ..engine.resume import find_run
     from ..pending import pending_records
     from ..runview import printed_records, shown_status
@@ -126,6 +127,7 @@ def show_run(
         receipts = printed_records(store, run)
         status = shown_status(run)
         waiting = pending_records(store, run["run_id"])
+        told = store.notifications_of(run["run_id"])
     finally:
         store.close()
     writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
@@ -133,6 +135,8 @@ def show_run(
         for rec in receipts:
             writer.write(rec)
         for rec in waiting:  # calls waiting for a person, before the summary
+            writer.write(rec)
+        for rec in told:  # who was told about the run (notify), before the summary
             writer.write(rec)
         if run["summary"]:
             writer.write(run["summary"])

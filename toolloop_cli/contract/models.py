@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from pydantic_core import PydanticCustomError
 
 Schema = Union[dict[str, Any], StrictBool]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -118,11 +119,35 @@ class ToolDecl(Closed):
     output_trust: Optional[Literal["trusted", "untrusted"]] = None
 
 
+class NotifyDecl(Closed):
+    """Who is told when a run needs a person or ends (``notify``): a command given the event as
+    JSON on standard input, or a URL it is POSTed to (``headers_env``: header name -> the
+    environment variable holding its value, a secret); ``on`` the events that are sent."""
+
+    command: Optional[Annotated[list[StrictStr], Field(min_length=1)]] = None
+    url: Optional[StrictStr] = None
+    headers_env: dict[str, StrictStr] = {}
+    on: Annotated[list[Literal["approval_request", "paused", "failed", "finished"]], Field(min_length=1)] = [
+        "approval_request", "paused"]
+
+    @model_validator(mode="after")
+    def _one_target(self) -> "NotifyDecl":
+        if (self.command is None) == (self.url is None):
+            raise PydanticCustomError("notify", "needs exactly one of 'command' (a program given the event on"
+                                                " standard input) or 'url' (the event is POSTed to it)")
+        if self.url is not None and not self.url.startswith(("http://", "https://")):
+            raise PydanticCustomError("notify", "'url' must be an http:// or https:// address")
+        if self.command is not None and self.headers_env:
+            raise PydanticCustomError("notify", "'headers_env' goes with 'url', not with 'command'")
+        return self
+
+
 class RunnerDefaults(Closed):
     allowed_tools: Optional[list[StrictStr]] = None
     max_calls: Optional[Annotated[int, Field(ge=0)]] = None
     tool_timeout_s: Optional[PosFloat] = None
     max_depth: Optional[Annotated[int, Field(ge=0)]] = None  # how deep child plans may nest; default 2
+    notify: Optional[NotifyDecl] = None  # who is told when a run needs a person or ends (a plan's own wins)
 
 
 class SubagentDecl(Closed):

@@ -18,6 +18,9 @@ class Approvals:
         self.store = store
         self.run_id = run_id
         self.warn = warn or (lambda _text: None)
+        #: whether the last ``decide`` that answered "wait" started the wait (a new request, or one
+        #: asked again), rather than finding the request still pending
+        self.asked = False
 
     def decide(self, item_key: str | None, call_key: str, args: Any, args_sha256: str,
                redactor: Any = None) -> tuple[str, Any, str | None]:
@@ -25,9 +28,11 @@ class Approvals:
         ``("wait", None, None)``; ``by`` is who answered. ``lost``: the approver typed a new value
         into a redacted field (``redactor`` says which fields are), which the journal never kept,
         so this answer cannot be acted on; it is used up, and the call asks again if run again."""
+        self.asked = False
         row = self.store.approval(self.run_id, item_key, call_key)
         if row is None:
             self.store.request_approval(self.run_id, item_key, call_key, args_sha256)
+            self.asked = True
             return "wait", None, None
         state = row["state"]
         by = row.get("approver") or "unknown"
@@ -47,6 +52,7 @@ class Approvals:
             if sha256_of(approved) == row["args_sha256"] and self.store.use_approval(self.run_id, item_key, call_key):
                 return "run", approved if row["args"] is None else kept_values(approved, args), by
         self.store.reopen_approval(self.run_id, item_key, call_key, args_sha256)
+        self.asked = True
         return "wait", None, None
 
     def _holds(self, row: dict, item_key: str | None, call_key: str, args_sha256: str) -> bool:

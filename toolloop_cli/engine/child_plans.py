@@ -68,6 +68,7 @@ class ChildPlanExecutor(Executor):
         # one set of secrets for the family: a key or a value either run's model saw is scrubbed in both
         parent.ctx.services.secrets.add(child.ctx.services.secrets.values())
         child.ctx.services.secrets = parent.ctx.services.secrets
+        child.ctx.services.notify = parent.ctx.services.notify  # the top run's notify tells of its children's waits
         red = parent.ctx.redactor(tool)
         parent.ctx.services.secrets.add(red.secrets(args))
         # the journal keeps the context as the parent's receipt shows it: a redacted value never lands there

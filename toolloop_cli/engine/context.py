@@ -67,6 +67,9 @@ class RunServices:
     #: the routed run's taint (``taint.RunTaint``): the gates and receipts read it; None in
     #: sequential and parallel runs
     taint: Any = None
+    #: who is told when a call waits for a person or the run ends (``notify.Notifier``), or None;
+    #: a child run shares its parent's
+    notify: Any = None
 
 
 class Sequencer:

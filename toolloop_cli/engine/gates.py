@@ -173,6 +173,17 @@ def _taint_gate(ctx: RunContext, tool: ToolSpec, args: Any, source: str) -> str 
     return str(taint.why()) if taint.on_write == "approve" else None
 
 
+def tell_waiting(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | None, call_key: str | None,
+                 reason: str | None = None, taint: Any = None) -> None:
+    """A call starts waiting for a person: the run's notifier (``notify``), if any, says so, with
+    the arguments redacted as everywhere else and what gated it (``reason``: default, the tool's gate)."""
+    notifier = ctx.services.notify
+    if notifier is not None:
+        shown = ctx.services.secrets.deep(ctx.redactor(tool).apply(args))
+        notifier.approval_request(run_id=ctx.run_id, tool=tool.id, call_key=call_key, item_key=item_key, args=shown,
+                                  reason=reason if reason is not None else tool.approval_text, taint=taint)
+
+
 def _answered(decision: str, by: str, args: Any) -> dict[str, Any]:
     """A gated call's ``approval`` as its receipt shows it (SPEC: decision, by, at, args_sha256)."""
     return {"decision": decision, "by": by, "at": rfc3339(time.time()), "args_sha256": sha256_of(args)}
@@ -188,6 +199,10 @@ async def _answer(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | No
         return "reject", "no person can answer here (run with --approve all or --approve none)", "engine"
     sha = args_sha256 or sha256_of(args)
     verdict, value, by = approvals.decide(item_key, call_key, args, sha, ctx.redactor(tool))
+    if verdict == "wait" and getattr(approvals, "asked", False):
+        # a taint gate tells what tainted the run, as the terminal prompt and the inbox do
+        tell_waiting(ctx, tool, args, item_key, call_key, reason=taint,
+                     taint=ctx.services.taint.source if taint is not None else None)
     ask = ctx.services.ask
     if verdict == "wait" and ask is not None:  # a person at a terminal answers now
         # a taint gate tells the person what tainted the run

@@ -232,7 +232,7 @@ class Launch:
             self.close()
         journaled = RunOptions.from_journal(run["options"])
         options = RunOptions(default_timeout_s=journaled.default_timeout_s, output_cap_bytes=journaled.output_cap_bytes,
-                             no_cache=True, approve="none")
+                             no_cache=True, approve="none", notifications=False)
         return Prepared(plan, options, recording=recording, source=run, recorded=recorded)
 
     def replay_differences(self, prepared: Prepared, result: RunResult) -> list[str]:

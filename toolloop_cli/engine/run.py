@@ -24,10 +24,15 @@ from .spool import lane_rows
 __all__ = ["RunOptions", "RunResult", "execute_plan", "journal_plan"]
 
 
+def _plan_path(plan: AdmittedPlan) -> str:
+    """The plan's path as the journal keeps it (absolute; ``<call ...>`` for an ad-hoc call)."""
+    return plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
+
+
 def journal_plan(session: RunSession, plan: AdmittedPlan) -> None:
     """Record the run (holding its lease) and every admitted lane and call."""
     ctx = session.ctx
-    plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
+    plan_path = _plan_path(plan)
     session.store.create_run({
         "run_id": ctx.run_id, "mode": plan.mode, "plan_path": plan_path,
         "plan_sha256": plan.plan_sha256, "registry_path": os.path.abspath(plan.registry_path),
@@ -132,9 +137,12 @@ def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions
     """
     if replay is not None:  # a replay runs the tools again with the cache off: never a hit, never stored
         options = dataclasses.replace(options, no_cache=True, refresh_cache=False)
+    from .notify import notify_target
+
     session = RunSession(store, emit, options, run_id=run_id or new_run_id(), contract=plan.contract,
                          mode=plan.mode, subagent=plan.subagent.id, total_calls=plan.total_calls,
-                         owner=resume["owner"] if resume is not None else lease_token())
+                         owner=resume["owner"] if resume is not None else lease_token(),
+                         notify=notify_target(plan), plan=_plan_path(plan))
     child = resume.get("child") if resume is not None else None
     if child is not None:  # a child run resumed on its own (its summary still names its parent)
         session.parent, session.depth = (child["parent_run_id"], child["parent_receipt_id"]), int(child["depth"] or 1)

@@ -86,6 +86,8 @@ class RunOptions:
     # provider instances by provider name: each answers every profile of a routed run (and of its
     # child runs) that names it, instead of one made from the profile; the caller closes them
     providers: dict[str, Any] | None = None
+    # whether the plan's ``notify`` is told about the run (off for a replay and a test case)
+    notifications: bool = True
 
     def journal_form(self) -> dict[str, Any]:
         """The journaled fields as the run's ``options`` hold them (the halt policy as a mapping)."""
@@ -256,7 +258,7 @@ class RunSession:
 
     def __init__(self, store: Any, emit: Emit, options: RunOptions, *, run_id: str, contract: Contract,
                  mode: str, subagent: str | None, total_calls: int, owner: str,
-                 parent: tuple[str, str] | None = None, depth: int = 0):
+                 parent: tuple[str, str] | None = None, depth: int = 0, notify: Any = None, plan: str = ""):
         self.store = store
         self.parent = parent  # (parent run id, parent receipt id) of a child run
         #: what a child run's journal entry holds of its parent and context (``child_plans.py``),
@@ -283,6 +285,14 @@ class RunSession:
             services.approvals = Approvals(store, run_id, warn=options.on_warning)
             services.ask = options.ask
         services.before_start = self._before_start
+        if notify is not None:
+            # the hook's header values are the run's secrets, also in a run that tells nobody (a replay)
+            services.secrets.add(notify.secrets(os.environ))
+        if notify is not None and options.notifications:
+            from .notify import Notifier
+
+            services.notify = Notifier(notify, store=store, run_id=run_id, plan=plan, secrets=services.secrets,
+                                       warn=options.on_warning, state_dir=_state_dir_shown(store))
         self.state = RunState(total=total_calls, halt=options.halt)
         self.settlement: Settlement | None = None
         self.journal: JournalWriter | None = None
@@ -348,6 +358,9 @@ class RunSession:
         with self.ctx.services.executors.connected(), _Signals(state, self.options) as signals:  # type: ignore[union-attr]
             runner.begin(self)
             self._describe()
+            notifier = self.ctx.services.notify
+            if notifier is not None:
+                notifier.labels = dict(self.ctx.config.labels)
             telemetry = self.telemetry = open_telemetry(
                 run_id=self.run_id, mode=self.mode, subagent=self.ctx.config.subagent, labels=self.ctx.config.labels,
                 warn=self.options.on_warning, batch_id=self.ctx.config.parallel_batch_id)
@@ -389,6 +402,8 @@ class RunSession:
             except BaseException:
                 self._end_telemetry({"status": "interrupted" if state.interrupted else "failed",
                                      "counts": state.counts})
+                if notifier is not None:  # what was queued while the run went is still sent
+                    notifier.finish()
                 raise
             # still under the run's signal handling: a signal now changes nothing (the outcome is
             # known), and never cuts the summary off half-written
@@ -397,7 +412,25 @@ class RunSession:
                 self.emit(result.summary)
             finally:  # exported after the summary is out: a slow collector delays only the exit
                 self._end_telemetry(result.summary if "result" in locals() else {"status": "failed"})
+                if notifier is not None and "result" not in locals():
+                    notifier.finish()  # what was queued while the run went is still sent
+            if notifier is not None:  # told last, after the summary: a slow receiver delays only the exit
+                self._tell_ending(notifier, result.summary)
         return result
+
+    def _tell_ending(self, notifier: Any, summary: dict[str, Any]) -> None:
+        """The run's ending to the notifier, once its summary is out where a reader sees it (flushed:
+        the process may wait for its notifications before it closes its output)."""
+        unwritable: BaseException | None = None
+        if self.options.flush_output is not None:
+            try:
+                self.options.flush_output()
+            except OSError as exc:  # the reader went away: said once the notifications are sent
+                unwritable = exc
+        notifier.ended(summary, self.state.paused)
+        notifier.finish()
+        if unwritable is not None:
+            raise unwritable
 
     def handle(self) -> RunHandle:
         """What the runner may do to this run (``handle.py``); the settlement and the journal are open."""
@@ -527,6 +560,16 @@ class _ChildJournal:
     @property
     def commit_error(self) -> BaseException | None:
         return self.parent.commit_error
+
+
+def _state_dir_shown(store: Any) -> str | None:
+    """The state folder a ``toolloop approve`` line must name: None for the default one of the
+    folder the run started in."""
+    path = getattr(store, "path", None)
+    if path is None:
+        return None
+    folder = os.path.abspath(os.path.dirname(path))
+    return None if folder == os.path.abspath(".toolloop") else folder
 
 
 def new_run_id() -> str:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, StrictStr
 
-from ..contract.models import Closed, Schema
+from ..contract.models import Closed, NotifyDecl, Schema
 from ..router.supervisor import RULES
 
 MODE_KEYS = {
@@ -115,3 +115,4 @@ class PlanDecl(Closed):
     routes: Optional[dict[str, StrictStr]] = None
     guardrails: Optional[GuardrailsDecl] = None
     taint: Optional[TaintDecl] = None  # routed: writes after untrusted content
+    notify: Optional[NotifyDecl] = None  # overrides the subagent's runner_defaults.notify

@@ -6,7 +6,8 @@ is a facade over its parts, one module per concern:
 - ``db``: the connection (WAL, migrations, one transaction at a time) and the read layer that
   checks every value read; ``schema``: the migrations;
 - ``runs``: runs, their lanes and admitted calls; ``records``: receipts, other output records,
-  model answers and the hash chain over them; ``approvals``; ``controls``;
+  model answers and the hash chain over them; ``approvals``; ``controls``; ``notifications``
+  (attempts to tell someone about a run, kept outside the chain);
 - ``cache``: the result cache, a class of its own (``Store.cache``);
 - ``liveness``: leases and start markers; ``pruning``: deleting runs and compacting;
 - ``journal``: the journal writer, the thread that does every write of a running run.
@@ -26,6 +27,7 @@ from .controls import Controls
 from .db import dumps as _dumps, loads as _loads, naming_the_run, state_dir
 from .journal import JournalWriter
 from .liveness import LEASE_SECONDS, Liveness, holder_alive, holder_pid, lease_token
+from .notifications import Notifications
 from .pruning import Pruning
 from .records import Records
 from .schema import MIGRATIONS, SCHEMA_VERSION
@@ -35,7 +37,7 @@ __all__ = ["LEASE_SECONDS", "MIGRATIONS", "SCHEMA_VERSION", "Cache", "JournalWri
 
 
 @naming_the_run
-class Store(Pruning, Records, Approvals, Controls, Liveness):
+class Store(Pruning, Records, Approvals, Controls, Liveness, Notifications):
     """The journal and cache of one state folder. Methods are synchronous and thread-safe (one
     connection behind a lock); while a run's event loop runs, its writes go through
     ``JournalWriter``, on the journal thread. Every read goes through the read layer

@@ -155,6 +155,14 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "CREATE INDEX IF NOT EXISTS chain_approvals ON chain (run_id, ref, n) WHERE kind='approval'",
         "CREATE INDEX IF NOT EXISTS chain_controls ON chain (run_id, ref, n) WHERE kind='control'",
     ),
+    (  # 10: each attempt to tell someone about a run (``notify``): not links of the run's hash chain
+        """CREATE TABLE IF NOT EXISTS notifications (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            record TEXT NOT NULL,
+            PRIMARY KEY (run_id, n)
+        )""",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
