@@ -75,15 +75,17 @@ class RunHandle:
         self.settlement.observers.append(observer)
         self.settlement.record_observers.append(observer)
 
-    async def model_answer(self, rec: dict[str, Any]) -> None:
-        """Journal a model's answer (already scrubbed of every secret) on the journal thread, and
-        return once it is committed: the loop acts on an answer only when a resume would find it."""
+    def model_answer(self, rec: dict[str, Any]) -> None:
+        """Journal a model's answer (already scrubbed of every secret) on the journal thread, in
+        order with the run's records. The runner awaits ``synced()`` before an effect the answer
+        leads to (a call's start, an approval's request), so it acts on an answer only when a
+        resume would find it."""
         self._journal.write(self._store.put_model_answer, rec)
-        await self._committed()
 
     async def synced(self) -> None:
-        """Return once the journal holds every record handed to it so far."""
-        await trio.to_thread.run_sync(self._journal.sync)
+        """Return once the journal holds every record handed to it so far (a failed commit is
+        raised here)."""
+        await self._committed()
 
     def set_total_calls(self, total: int) -> None:
         """The number of calls the run has, committed (by the journal thread) before its summary."""
