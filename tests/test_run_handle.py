@@ -32,7 +32,7 @@ class Probe:
         run.settle(not_run_receipt(run.ctx, tool, {"a": 1}, seq=0, item_key=None, call_key="c0",
                                    status="denied", message="no"))
         run.skip(1)
-        await run.model_answer({"type": "model_answer", "run_id": run.run_id, "n": 1, "role": "router", "model": "m",
+        run.model_answer({"type": "model_answer", "run_id": run.run_id, "n": 1, "role": "router", "model": "m",
                           "request_sha256": "0" * 64, "text": "{}", "input_tokens": 1, "output_tokens": 2,
                           "duration_ms": 1.0})
         for n, kind, message, consumed in run.controls_after(0):

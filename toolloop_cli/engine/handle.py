@@ -75,11 +75,12 @@ class RunHandle:
         self.settlement.observers.append(observer)
         self.settlement.record_observers.append(observer)
 
-    async def model_answer(self, rec: dict[str, Any]) -> None:
-        """Journal a model's answer (already scrubbed of every secret) on the journal thread, and
-        return once it is committed: the loop acts on an answer only when a resume would find it."""
+    def model_answer(self, rec: dict[str, Any]) -> None:
+        """Journal a model's answer (already scrubbed of every secret) on the journal thread, in
+        order with the run's records. The runner awaits ``synced()`` before an effect the answer
+        leads to (a call's start, an approval's request), so it acts on an answer only when a
+        resume would find it."""
         self._journal.write(self._store.put_model_answer, rec)
-        await self._committed()
 
     async def synced(self) -> None:
         """Return once the journal holds every record handed to it so far (as the session's

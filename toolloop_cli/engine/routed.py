@@ -35,7 +35,7 @@ from .._canonical import sha256_of
 from ..plan.admit import AdmittedPlan
 from ..receipts import Receipt
 from ..router.closeout import route_of
-from ..router.decisions import Decision, parse_decision, router_messages
+from ..router.decisions import Decision, RouterPrompt, parse_decision
 from ..router.observations import observe_masked, observe_receipt, observe_rejection, observe_withheld
 from ..router.views import LoopView, Malformed, Observation, Step
 from .call import execute_call, not_run_receipt
@@ -83,6 +83,7 @@ class RoutedRunner(FinalAnswer):
         self.observations: list[Observation] = []
         # whether the model was shown untrusted content: the gates read it (a child starts with its parent's)
         self.taint = RunTaint(self.spec.taint_on_write, parent=parent_taint)
+        self._prompt = RouterPrompt(self.spec.prompts)  # each observation rendered once, then kept
         self.steer: list[str] = []
         self.ran: set[tuple[str, str]] = set()  # (tool, args hash) of calls that went through the gate
         self.seq = 0
@@ -98,7 +99,7 @@ class RoutedRunner(FinalAnswer):
         self._current: InFlight | None = None  # the call between its gate and its receipt
         self._started: set[int] = set()  # seqs of calls whose first attempt began
         self._scope: trio.CancelScope | None = None
-        self._unsynced = False  # records handed to the journal since the last sync
+        self._unsynced = False  # records handed to the journal since its last commit was awaited
 
     # -- the journal -----------------------------------------------------------------------------
 
@@ -287,12 +288,17 @@ class RoutedRunner(FinalAnswer):
     def _handed(self, _record: Any) -> None:
         self._unsynced = True
 
-    async def ask(self, role: str, messages: list[dict]) -> Any:
-        # what the model is about to be told is in the journal first: a resume never runs again
-        # a call whose result a recorded answer has seen
+    async def committed(self) -> None:
+        """Wait until the journal holds every record handed to it so far (the model's answers
+        and decisions included), if any was handed since the last wait. Awaited before an effect
+        those records describe (a call's start, an approval's request), never before a model
+        request: the journal commits in the order records were handed, so an answer the model
+        gives after seeing a result is never committed before that result's receipt."""
         if self._unsynced:
             self._unsynced = False
             await self.handle.synced()
+
+    async def ask(self, role: str, messages: list[dict]) -> Any:
         profile = self.spec.profiles()[role]
         ledger = self.ledger
         if ledger.pauses:
@@ -316,7 +322,7 @@ class RoutedRunner(FinalAnswer):
             raise _End("aborted", why=why)
         view = self._view()
         self.steer = []
-        answer = await self.ask("router", router_messages(view, self.spec.prompts))
+        answer = await self.ask("router", self._prompt.messages(view))
         it = self.ledger.count_turn()
         await self._decide(it, answer)
         ended = await self.supervision.after_turn(it)
@@ -463,6 +469,7 @@ class RoutedRunner(FinalAnswer):
         the loop (an abort read while it runs cancels it, and ``_cut_short`` gives it its receipt)."""
         run, ctx = self.handle, self.handle.ctx
         seq, call_key = self.seq, str(it)
+        await self.committed()  # the answer and the decision this call comes from, before its gate
         verdict = await check_call(ctx, tool, args, source="model", item_key=None, call_key=call_key)
         if isinstance(verdict, Wait):
             run.pause(None, call_key)
@@ -546,7 +553,8 @@ class RoutedRunner(FinalAnswer):
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
             rec = {**rec, "text": self._without_proposed_secrets(rec["text"])}
-        await self.handle.model_answer(scrub_record(rec, self._secrets))
+        self.handle.model_answer(scrub_record(rec, self._secrets))
+        self._unsynced = True
 
     def _without_proposed_secrets(self, text: str) -> str:
         decision = parse_decision(text)

@@ -22,6 +22,7 @@ _WHERE = {
     "PromptError": "prompts",
     "Prompts": "prompts",
     "REJECTION_KINDS": "observations",
+    "RouterPrompt": "decisions",
     "Rule": "supervisor",
     "SUMMARY_CHARS": "observations",
     "Step": "views",

@@ -49,25 +49,63 @@ class Decision:
 def router_messages(view: LoopView, prompts: Prompts | None = None) -> list[Message]:
     """The messages of one router turn: the packaged system prompt (with the App's guidance)
     and the turn's state."""
-    p = (prompts or packaged_prompts()).router
-    system = p.fill("system")
-    if view.instructions:
-        system += "\n\n" + p.fill("guidance", instructions=view.instructions.strip())
-    tools = "\n".join(
-        p.fill("tool", id=attr(t.id), effect=attr(t.effect), description=as_data(t.description),
-               input_schema=as_data(bounded(to_json(t.input_schema), SCHEMA_CHARS)))
-        for t in view.tools
-    )
-    turn = p.fill(
-        "turn",
-        goal=view.goal,
-        context=show_context(view.context),
-        tools=tools,
-        observations=show_observations(view.observations, p, with_rejections=True),
-        budgets=show_budgets(view.budgets, p, "budgets"),
-        steer="".join("\n" + p.fill("steer", message=m) + "\n" for m in view.steer),
-    )
-    return [{"role": "system", "content": system}, {"role": "user", "content": turn}]
+    return RouterPrompt(prompts).messages(view)
+
+
+class RouterPrompt:
+    """The router's messages of one run, turn after turn, as ``router_messages`` writes them:
+    what stays the same for the run (the system prompt, the tool declarations) is rendered once,
+    and each observation when it is first shown, then kept; so building a turn's prompt does not
+    grow with the number of earlier turns beyond joining their kept text."""
+
+    def __init__(self, prompts: Prompts | None = None):
+        self._p = (prompts or packaged_prompts()).router
+        self._fixed_for: tuple[Any, ...] | None = None
+        self._system = self._tools = ""
+        self._shown: list[tuple[Observation, str]] = []
+
+    def messages(self, view: LoopView) -> list[Message]:
+        p = self._p
+        self._fix(view)
+        turn = p.fill(
+            "turn",
+            goal=view.goal,
+            context=show_context(view.context),
+            tools=self._tools,
+            observations=self._observations(view.observations),
+            budgets=show_budgets(view.budgets, p, "budgets"),
+            steer="".join("\n" + p.fill("steer", message=m) + "\n" for m in view.steer),
+        )
+        return [{"role": "system", "content": self._system}, {"role": "user", "content": turn}]
+
+    def _fix(self, view: LoopView) -> None:
+        """The system prompt and the tools, rendered again only when the view's instructions or
+        tools change."""
+        key = (view.instructions, view.tools)
+        if self._fixed_for is not None and self._fixed_for[0] == key[0] and self._fixed_for[1] is key[1]:
+            return
+        p = self._p
+        system = p.fill("system")
+        if view.instructions:
+            system += "\n\n" + p.fill("guidance", instructions=view.instructions.strip())
+        self._system, self._fixed_for = system, key
+        self._tools = "\n".join(
+            p.fill("tool", id=attr(t.id), effect=attr(t.effect), description=as_data(t.description),
+                   input_schema=as_data(bounded(to_json(t.input_schema), SCHEMA_CHARS)))
+            for t in view.tools
+        )
+
+    def _observations(self, observations: tuple[Observation, ...]) -> str:
+        """The observations' text: those shown before (the same objects, in the same places)
+        kept, the rest rendered."""
+        shown = self._shown
+        for i, o in enumerate(observations):
+            if i < len(shown) and shown[i][0] is o:
+                continue
+            del shown[i:]
+            shown.append((o, show_observation(o, self._p)))
+        del shown[len(observations):]
+        return "\n".join(text for _o, text in shown) if shown else self._p.fill("none_yet")
 
 
 def show_context(context: Any) -> str:
@@ -83,17 +121,17 @@ def attr(value: Any) -> str:
 
 
 def show_observations(observations: tuple[Observation, ...], p: PromptFile, *, with_rejections: bool) -> str:
-    shown = []
-    for o in observations:
-        if o.rejected is not None:
-            if not with_rejections:
-                continue
-            shown.append(p.fill("rejection", iteration=o.iteration, tool=attr(o.tool), kind=attr(o.rejected),
-                                args=show_args(o.args), summary=as_data(o.summary)))
-        else:
-            shown.append(p.fill("observation", iteration=o.iteration, tool=attr(o.tool), status=attr(o.status),
-                                args=show_args(o.args), summary=as_data(o.summary)))
+    shown = [show_observation(o, p) for o in observations if with_rejections or o.rejected is None]
     return "\n".join(shown) if shown else p.fill("none_yet")
+
+
+def show_observation(o: Observation, p: PromptFile) -> str:
+    """One observation (or rejected decision) in its section of ``p``."""
+    if o.rejected is not None:
+        return p.fill("rejection", iteration=o.iteration, tool=attr(o.tool), kind=attr(o.rejected),
+                      args=show_args(o.args), summary=as_data(o.summary))
+    return p.fill("observation", iteration=o.iteration, tool=attr(o.tool), status=attr(o.status),
+                  args=show_args(o.args), summary=as_data(o.summary))
 
 
 def show_args(args: Any) -> str:
