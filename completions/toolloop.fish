@@ -263,7 +263,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -s j -l max-concurrency 
 complete -c toolloop -n '__toolloop_using toolloop run' -F
 
 # toolloop runs
-complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s records and model answers as JSON Lines: a replay fixture as it is.'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s manifest, model answers and records as JSON Lines: a replay fixture as it is.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a prune -d 'Delete finished runs and the cache entries only they used; report what was freed.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'

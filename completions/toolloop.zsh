@@ -202,7 +202,7 @@ _toolloop_runs() {
     typeset -A opt_args
     local -a commands
     commands=(
-        'export:A run'\''s records and model answers as JSON Lines\: a replay fixture as it is.'
+        'export:A run'\''s manifest, model answers and records as JSON Lines\: a replay fixture as it is.'
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
         'prune:Delete finished runs and the cache entries only they used; report what was freed.'
         'show:The receipts of a run again, in order, then the calls waiting for approval, then its summary (byte for byte what the run printed as JSON Lines, for a finished run).'

@@ -54,15 +54,13 @@ def export(
     format: DataFormat = typer.Option(DataFormat.jsonl, "--format", "-f", metavar="auto|table|jsonl|json", help="jsonl (default) or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
-    """A run's records and model answers as JSON Lines: a replay fixture as it is."""
-    from ..engine.replay import recorded_records
+    """A run's manifest, model answers and records as JSON Lines: a replay fixture as it is."""
+    from ..engine.replay import export_records
     from ..engine.resume import find_run
 
     store = _open_store(state_dir)
     try:
-        run = find_run(store, run_id)
-        records = recorded_records(store, run)
-        answers = store.model_answers_of(run["run_id"])
+        records = export_records(store, find_run(store, run_id))
     finally:
         store.close()
     fmt = resolve_format(format, sys.stdout)
@@ -70,7 +68,7 @@ def export(
         fail("runs export writes records: use --format jsonl or json", 2)
     writer = record_writer(fmt, sys.stdout.buffer)
     try:
-        for rec in answers + records:
+        for rec in records:
             writer.write(rec)
         writer.close()
     except BrokenPipeError:

@@ -81,6 +81,71 @@ def differences(recorded: list[dict], replayed: list[dict]) -> list[str]:
     return out
 
 
+def credential_env(plan: AdmittedPlan) -> list[str]:
+    """The environment variables a run of ``plan`` reads for credentials: its profiles' keys and
+    its MCP servers' header and passed variables (journaled with the run for its export)."""
+    names: set[str] = set()
+    if plan.routed is not None:
+        names.update(p.api_key_env for p in plan.routed.profiles().values() if p.api_key_env)
+    for tool in plan.subagent.tools.values():
+        decl = getattr(tool, "mcp", None)
+        if decl is not None:
+            names.update(decl.headers_env.values())
+            names.update(decl.pass_env)
+    return sorted(names)
+
+
+def _pointer(path: tuple) -> str:
+    return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in path)
+
+
+def _redacted_in(value: Any, path: tuple = ()) -> list[str]:
+    """JSON Pointers of the values in ``value`` that a redaction replaced (the marker, whole or
+    inside a text such as a model's reply)."""
+    from .._secrets import REDACTED
+
+    out: list[str] = []
+    stack: list[tuple[tuple, Any]] = [(path, value)]
+    while stack:
+        at, v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((at + (k,), v[k]) for k in reversed(list(v)))
+        elif isinstance(v, list):
+            stack.extend((at + (i,), v[i]) for i in reversed(range(len(v))))
+        elif isinstance(v, str) and REDACTED in v:
+            out.append(_pointer(at))
+    return out
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("toolloop-cli")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def export_records(store: Store, run: dict) -> list[dict]:
+    """What ``runs export`` writes: a ``manifest`` first (what a replay cannot reproduce from the
+    file), then the run's model answers, then its records in printed order, summary last."""
+    records = recorded_records(store, run)
+    answers = store.model_answers_of(run["run_id"])
+    body = answers + records
+    redacted = [{"record": line, "pointer": pointer}
+                for line, rec in enumerate(body, start=1) for pointer in _redacted_in(rec)]
+    children = list(dict.fromkeys(r["child_run_id"] for r in records
+                                  if r.get("type") == "receipt" and r.get("child_run_id")))
+    manifest = {
+        "type": "manifest", "run_id": run["run_id"], "toolloop_version": _version(), "plan": run["plan_path"],
+        "contract_sha256": run["contract_sha256"],
+        "counts": {"records": len(records), "model_answers": len(answers)},
+        "not_captured": {"redacted": redacted, "child_runs": children,
+                         "env": list((run["options"] or {}).get("credential_env") or [])},
+    }
+    return [manifest, *body]
+
+
 def recorded_records(store: Store, run: dict) -> list[dict]:
     """The recorded run's records in the order it printed them, summary last."""
     from .history import in_output_order, with_other_records

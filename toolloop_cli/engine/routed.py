@@ -46,6 +46,7 @@ from .gates import Refuse, Wait, check_call, proposal_problem
 from ..providers.base import CUT
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
+from .replay import credential_env
 from .rerun import IN_FLIGHT
 from .guardrails import check_observation
 from .redact import RunSecrets, scrub_record
@@ -108,7 +109,8 @@ class RoutedRunner(FinalAnswer):
             return
         plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
         options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form(),
-                   "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}}
+                   "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()},
+                   "credential_env": credential_env(plan)}
         if session.child_options is not None:  # a child run: how its parent's resume finds it again
             options.update(session.child_options)
             options["context"] = self._secrets.deep(options["context"])
