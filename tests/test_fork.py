@@ -173,3 +173,132 @@ def test_a_manifest_names_the_child_runs_exported_on_their_own(tmp_path):
     assert manifest["not_captured"]["child_runs"] == children
     assert manifest["not_captured"]["env"] == []  # the parent read no key: its children did
     assert exported(tmp_path, children[0])[0]["not_captured"]["env"] == ["CHILD_KEY"]
+
+
+# --- forks: replay --from N ------------------------------------------------------------------
+
+
+def recorded_run(tmp_path, log, **plan) -> tuple[str, list[dict]]:
+    """A recorded run: turn 1 logs 'a', turn 2 logs 'b', turn 3 says final."""
+    records = run_live(tmp_path, plan_file(tmp_path, **plan), call("log_run", {"log": log, "key": "a"}),
+                       call("log_run", {"log": log, "key": "b"}), FINAL, '{"answer": "recorded"}')
+    assert records[-1]["outcome"] == "final"
+    return records[-1]["run_id"], records
+
+
+def test_a_fork_takes_the_recorded_turns_before_n_and_goes_on_live_from_n(tmp_path):
+    log = tmp_path / "log.txt"
+    run_id, recorded = recorded_run(tmp_path, str(log))
+    live = ScriptedProvider([call("echo", {"x": 2}), FINAL, '{"answer": "forked"}'])
+    records = fork(tmp_path, run_id, 2, provider=live)
+    summary = records[-1]
+    assert summary["run_id"] != run_id and summary["outcome"] == "final" and summary["final"] == {"answer": "forked"}
+    assert summary["forked_from"] == {"run_id": run_id, "iteration": 2}
+    assert log.read_text().split() == ["a", "b"]  # turn 1's call took its recorded result: it did not run
+    # turn 1 as recorded, then the live turns
+    assert [(r["type"], r.get("iteration"), r.get("tool")) for r in records[:-1]] == [
+        ("decision", 1, "log_run"), ("receipt", 1, "log_run"), ("decision", 2, "echo"), ("receipt", 2, "echo"),
+        ("decision", 3, None)]
+    assert records[1]["result"] == recorded[1]["result"] and records[1]["run_id"] == summary["run_id"]
+    assert records[3]["result"] == {"received": {"x": 2}}
+    assert len(live.requests) == 3  # only the live turns and the closeout asked the model
+    assert "log_run" in live.requests[0].messages[-1]["content"]  # the live turn saw turn 1's observation
+    # the recorded turn's usage is charged: 3 recorded-then-live router answers and a closeout
+    assert summary["loop"]["iterations"] == 3 and summary["loop"]["model_calls"] == 4
+    store = Store(state(tmp_path), create=False)
+    try:
+        journaled = store.get_run(summary["run_id"])
+        assert journaled["options"]["forked_from"] == {"run_id": run_id, "iteration": 2}
+        assert len(store.model_answers_of(summary["run_id"])) == 4  # the fork's journal holds every answer
+    finally:
+        store.close()
+
+
+def test_a_fork_denies_writes_from_turn_n_unless_execute_writes(tmp_path):
+    log, target = tmp_path / "log.txt", tmp_path / "written.txt"
+    run_id, _ = recorded_run(tmp_path, str(log))
+    writes = (call("marker", {"path": str(target)}), FINAL, '{"answer": "forked"}')
+    denied = fork(tmp_path, run_id, 2, *writes)
+    receipt = next(r for r in denied if r["type"] == "receipt" and r["tool"] == "marker")
+    assert receipt["status"] == "denied" and receipt["iteration"] == 2
+    assert receipt["error"]["message"] == "not executed in a fork; pass --execute-writes"
+    assert not target.exists() and denied[-1]["status"] == "ok"  # the model saw the denial and went on
+    done = fork(tmp_path, run_id, 2, *writes, execute_writes=True)
+    receipt = next(r for r in done if r["type"] == "receipt" and r["tool"] == "marker")
+    assert receipt["status"] == "ok" and target.read_text() == "ran\n"
+
+
+def test_a_fork_goes_on_with_the_plan_given_and_refuses_one_that_no_longer_admits_the_recorded_turns(tmp_path):
+    log = tmp_path / "log.txt"
+    run_id, _ = recorded_run(tmp_path, str(log))
+    other = plan_file(tmp_path, "other.yml", tools="[log_run, echo]",
+                      budget="{max_iterations: 2, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30}")
+    records = fork(tmp_path, run_id, 2, call("echo", {"x": 2}), plan=other)
+    summary = records[-1]
+    assert summary["outcome"] == "max_iterations"  # the given plan's budget: two turns
+    assert summary["forked_from"] == {"run_id": run_id, "iteration": 2}
+    store = Store(state(tmp_path), create=False)
+    try:
+        assert store.get_run(summary["run_id"])["plan_path"] == str(other)
+    finally:
+        store.close()
+    # a plan without the tool a recorded turn called cannot replay that turn
+    narrow = plan_file(tmp_path, "narrow.yml", tools="[echo]")
+    with pytest.raises(ConfigError) as refused:
+        Launch(state(tmp_path)).fork(run_id, 2, plan=narrow)
+    [problem] = refused.value.problems
+    assert problem.file == str(narrow)
+    assert "turn 1 called 'log_run', which the plan no longer allows" in problem.message
+    # forking from turn 1 replays no recorded turn: any routed plan will do
+    assert fork(tmp_path, run_id, 1, FINAL, '{"answer": "x"}', plan=narrow)[-1]["outcome"] == "final"
+
+
+def test_a_fork_from_a_turn_the_run_did_not_have_is_a_usage_error(tmp_path):
+    run_id, _ = recorded_run(tmp_path, str(tmp_path / "log.txt"))
+    for turn in (0, 4):
+        with pytest.raises(UsageError, match=r"has 3 turn\(s\); --from takes a turn from 1 to 3"):
+            Launch(state(tmp_path)).fork(run_id, turn)
+
+
+def test_a_fork_paused_for_approval_resumes_as_the_fork_it_is(tmp_path):
+    log, target = tmp_path / "log.txt", tmp_path / "written.txt"
+    run_id, _ = recorded_run(tmp_path, str(log), tools="[echo, marker, log_run, pay]")
+    # from turn 2 writes may run; a gated one waits for a person, and with none here the fork pauses
+    paused = fork(tmp_path, run_id, 2, call("pay", {"amount": 500}), execute_writes=True)
+    fork_id = paused[-1]["run_id"]
+    assert paused[-1]["status"] == "stopped" and paused[-1]["forked_from"] == {"run_id": run_id, "iteration": 2}
+    store = Store(state(tmp_path))
+    try:
+        assert store.answer_approval(fork_id, None, "2", "approved", approver="test")
+    finally:
+        store.close()
+    launch = Launch(state(tmp_path))
+    prepared = launch.resume(fork_id)
+    sink = Records()
+    live = ScriptedProvider([call("marker", {"path": str(target)}), FINAL, '{"answer": "resumed"}'])
+    launch.start(prepared, sink, handle_signals=False, providers={"openai": live})
+    summary = sink.got[-1]
+    assert summary["run_id"] == fork_id and summary["final"] == {"answer": "resumed"}
+    assert summary["forked_from"] == {"run_id": run_id, "iteration": 2}  # still a fork, and says so
+    pay = next(r for r in sink.got if r["type"] == "receipt" and r["tool"] == "pay")
+    assert pay["status"] == "ok" and pay["approval"]["decision"] == "approved"
+    assert target.read_text() == "ran\n"  # --execute-writes holds for the resumed fork too
+    assert log.read_text().split() == ["a", "b"]  # turn 1 never ran in the fork, nor on its resume
+    assert len(live.requests) == 3  # the fork's own answers were reused: turns 3 and 4 and the closeout asked
+
+
+def test_a_resumed_fork_still_denies_writes(tmp_path):
+    log, target = tmp_path / "log.txt", tmp_path / "written.txt"
+    run_id, _ = recorded_run(tmp_path, str(log))
+    # a fork killed at its first live turn (the model did not answer): resumed, it is still a fork
+    broken = fork(tmp_path, run_id, 2)
+    fork_id = broken[-1]["run_id"]
+    assert broken[-1]["outcome"] == "provider_error"
+    launch = Launch(state(tmp_path))
+    prepared = launch.resume(fork_id)
+    sink = Records()
+    live = ScriptedProvider([call("marker", {"path": str(target)}), FINAL, '{"answer": "resumed"}'])
+    launch.start(prepared, sink, handle_signals=False, providers={"openai": live})
+    marker = next(r for r in sink.got if r["type"] == "receipt" and r["tool"] == "marker")
+    assert marker["status"] == "denied" and not target.exists()
+    assert sink.got[-1]["forked_from"] == {"run_id": run_id, "iteration": 2}

@@ -38,6 +38,107 @@ def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bo
     return plan, recording
 
 
+def _refuse(message: str, file: str = "<journal>", hint: str = "") -> Exception:
+    from ..contract.problems import Problem
+    from ..errors import ConfigError
+
+    return ConfigError([Problem("TL370", message, file, hint=hint or "fork from an earlier turn, or give a plan that"
+                                                                     " still allows the recorded calls")])
+
+
+def prepare_fork(store: Store, run: dict, turn: int, *, plan_file: str | None = None,
+                 execute_writes: bool = False) -> tuple[AdmittedPlan, Recording]:
+    """A fork of a recorded routed run from turn ``turn``: ``plan_file`` (default: the run's plan
+    file as it is now) admitted as the run's plan was (a child run at its depth, with the context
+    its journal holds), checked to still allow the recorded turns before ``turn``, and the
+    recording of those turns. Raises UsageError (not a routed run, no such turn) or ConfigError
+    (the chain does not hold, the plan is rejected or no longer admits the recorded turns)."""
+    from ..errors import UsageError
+    from .recording import Fork
+
+    rid = run["run_id"]
+    if run["mode"] != "routed":
+        raise UsageError(f"run {rid} is a {run['mode']} run; replay --from forks routed runs")
+    decisions = [rec for _before, rec in store.records_of(rid) if rec.get("type") == "decision"]
+    turns = max((int(d["iteration"]) for d in decisions), default=0)
+    if not 1 <= turn <= turns:
+        raise UsageError(f"run {rid} has {turns} turn(s); --from takes a turn from 1 to {turns}" if turns else
+                         f"run {rid} has no recorded turn to fork from")
+    refuse_unless_it_holds(store, run, "forked")
+    plan = _admit_fork_plan(store, run, plan_file)
+    _check_recorded_turns(plan, decisions, turn, plan_file or run["plan_path"])
+    answers = store.model_answers_of(rid)
+    routers = [i for i, a in enumerate(answers) if a.get("role") == "router"]
+    before = answers[:routers[turn - 1]] if len(routers) >= turn else answers
+    receipts = {r["seq"]: r for r in store.receipts_of(rid) if (r.get("iteration") or 0) < turn}
+    recording = Recording(answers=before, receipts=receipts, started=set(), replay=True, offline=True,
+                          fork=Fork(rid, turn, execute_writes))
+    return plan, recording
+
+
+def _admit_fork_plan(store: Store, run: dict, plan_file: str | None) -> AdmittedPlan:
+    import dataclasses
+    import os
+
+    from ..contract.mcp import discovered
+    from ..lineage import top_run_of
+    from ..plan.admit import admit_plan
+
+    opts = run["options"] or {}
+    path = plan_file or run["plan_path"]
+    if path.startswith("<") or not os.path.isfile(path):
+        raise _refuse(f"the run's plan file {path} no longer exists; give the plan to fork with --plan FILE",
+                      hint="pass --plan FILE")
+    child = opts.get("parent_run_id") is not None
+    if child and opts.get("context_redacted"):
+        pointers = ", ".join(opts["context_redacted"][:5])
+        top = top_run_of(store, run) or opts["parent_run_id"]
+        raise _refuse(f"run {run['run_id']} is a child run whose context held a redacted value (at {pointers}),"
+                      " which the journal does not keep: it cannot be forked on its own",
+                      hint=f"fork {top}, the run that supplies the context")
+    own = plan_file is None  # the run's own plan file: with the registry and App root the run used
+    plan = discovered(lambda servers: admit_plan(
+        path, registry=run["registry_path"] if own else None, app_root=opts.get("app_root") if own else None,
+        default_timeout_s=opts.get("default_timeout_s"), depth=int(opts.get("depth") or 0),
+        max_depth=opts.get("max_depth"), servers=servers))
+    if plan.routed is None:
+        raise _refuse(f"the plan {path} is a {plan.mode} plan; a routed run is forked with a routed plan", path,
+                      hint="give a routed plan with --plan FILE")
+    if child:
+        plan = dataclasses.replace(plan, routed=dataclasses.replace(plan.routed, context=opts.get("context") or {}))
+    return plan
+
+
+def _check_recorded_turns(plan: AdmittedPlan, decisions: list[dict], turn: int, path: str) -> None:
+    """Every turn before the fork must go as it was recorded under ``plan``: each call that ran
+    names a tool the plan allows, with arguments its input schema takes; a call rejected as
+    unknown or for its arguments is still rejected."""
+    from .gates import input_problem
+
+    assert plan.routed is not None
+    allowed = plan.routed.tools
+    problems = []
+    for d in decisions:
+        it = int(d["iteration"])
+        if it >= turn or d.get("action") != "call":
+            continue
+        name = d.get("tool")
+        tool = plan.subagent.tools.get(name) if name in allowed else None
+        rejected = d.get("rejected")
+        if rejected is None and tool is None:
+            problems.append(f"turn {it} called '{name}', which the plan no longer allows")
+        elif rejected is None and input_problem(tool, d.get("args"), skip_marked=True) is not None:
+            problems.append(f"turn {it} called '{name}' with arguments its input schema no longer takes")
+        elif rejected == "unknown_tool" and tool is not None:
+            problems.append(f"turn {it} proposed '{name}', which the plan allows now")
+        elif rejected == "invalid_args" and tool is not None and input_problem(
+                tool, d.get("args"), skip_marked=True) is None:
+            problems.append(f"turn {it} proposed arguments for '{name}' that its input schema takes now")
+    if problems:
+        raise _refuse(f"the plan {path} no longer admits the recorded turns before turn {turn}: "
+                      + "; ".join(problems[:5]), path)
+
+
 def _ignored(a: dict, b: dict) -> frozenset[str]:
     """What is not compared between a recorded record and its replay: the volatile keys, and for
     a call the recording took from the cache (no attempt made), its ``attempts`` too."""

@@ -358,7 +358,7 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
                            retry_interrupted: bool = False) -> Any:
     """What a routed run's journal holds, for the routed runner to replay when it goes on (a
     resumed run, or a child run its parent resumes)."""
-    from .recording import Recording, seconds_used
+    from .recording import Fork, Recording, seconds_used
 
     run_id = run["run_id"]
     receipts = store.receipts_of(run_id)
@@ -367,7 +367,8 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
                        if rec.get("type") == "supervisor" and rec.get("action") == "pause")
     return Recording(answers=answers, receipts={r["seq"]: r for r in receipts}, started=store.started_seqs(run_id),
                      retry_failed=retry_failed, retry_interrupted=retry_interrupted,
-                     seconds_used=seconds_used(receipts, answers), pauses=pauses)
+                     seconds_used=seconds_used(receipts, answers), pauses=pauses,
+                     fork=Fork.from_options(run["options"]))
 
 
 def _kept_children(receipts: dict[int, dict], plan_seqs: set[int], kept: set[int]) -> list[tuple[int, Receipt]]:

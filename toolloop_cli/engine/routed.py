@@ -111,6 +111,8 @@ class RoutedRunner(FinalAnswer):
         options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form(),
                    "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()},
                    "credential_env": credential_env(plan)}
+        if self.recording is not None and self.recording.fork is not None:  # a fork stays one on resume
+            options.update(self.recording.fork.journal_form())
         if session.child_options is not None:  # a child run: how its parent's resume finds it again
             options.update(session.child_options)
             options["context"] = self._secrets.deep(options["context"])
@@ -134,6 +136,8 @@ class RoutedRunner(FinalAnswer):
             answers = ReplayAnswers([answer_from_record(a) for a in rec.answers], "the recorded run")
             providers = {role: ReplayProvider(answers) for role in self.spec.profiles()}
             recorded = ()
+            if rec.fork is not None:  # a fork: the recorded turns, then its plan's profiles live
+                providers = self._forked(answers, run)
         else:
             providers = self.spec.make_providers(self.env, given=run.providers)
         self.models = ModelCalls(providers, run_id=run.run_id, journal=self._journal_answer, recorded=recorded,
@@ -167,6 +171,13 @@ class RoutedRunner(FinalAnswer):
             self.supervision.late_controls(outcome)
         run.set_total_calls(self.seq)
         return self._end(outcome, final, why)
+
+    def _forked(self, answers: Any, run: RunHandle) -> dict[str, Any]:
+        from ..providers.replay import ForkProvider
+
+        live = self.spec.make_providers(self.env, given=run.providers)
+        given = list(run.providers.values())
+        return {role: ForkProvider(answers, p, close_live=not any(p is g for g in given)) for role, p in live.items()}
 
     def _note_starts(self, run: RunHandle) -> None:
         """Remember which calls began their first attempt: a write cut short after that may have
@@ -205,6 +216,8 @@ class RoutedRunner(FinalAnswer):
                    "error": error_of(outcome, self.scrubbed(why) if why else why)}
         if self.contract_changed:
             summary["contract_changed"] = True
+        if self.recording is not None and self.recording.fork is not None:
+            summary["forked_from"] = self.recording.fork.summary()
         return RunnerEnd(stopped=outcome == "paused", status=status, summary=summary)
 
     async def _loop(self) -> tuple[str, Any, str | None]:
@@ -354,7 +367,7 @@ class RoutedRunner(FinalAnswer):
         self._last_rejected = key
 
     async def _call(self, it: int, decision: Decision, answer: Any) -> None:
-        withheld = self._withheld(decision, answer)
+        withheld = self._withheld(decision, answer, it)
         rejected = self._rejection(decision, withheld=withheld)
         if rejected is not None:
             self._reject(it, decision, answer, decision.tool, *rejected)
@@ -405,6 +418,14 @@ class RoutedRunner(FinalAnswer):
         if kept is not None:
             self._count(tool, args, kept)
             return kept
+        refused = self.recording.fork.refusal(it, tool) if self.recording and self.recording.fork else None
+        if refused is not None:  # a fork's live turns make no write unless asked to
+            self.seq += 1
+            receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
+                                      status="denied", message=refused)
+            run.settle(receipt)
+            self._count(tool, args, receipt)
+            return receipt
         if withheld:
             self.seq += 1
             receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
@@ -469,7 +490,7 @@ class RoutedRunner(FinalAnswer):
         """On replay, the recorded receipt as this run's own (new ids, this run's completion order)."""
         if self.recording is None or not self.recording.replay:
             return None
-        rec = self.recording.replayed_receipt(seq, tool)
+        rec = self.recording.replayed_receipt(seq, tool, it)
         if rec is None:
             return None
         ctx = self.handle.ctx
@@ -529,9 +550,10 @@ class RoutedRunner(FinalAnswer):
         return json.dumps({"action": "call", "tool": decision.tool, "args": red.apply(decision.args),
                            "reason": decision.reason})
 
-    def _withheld(self, decision: Decision, answer: Any) -> bool:
+    def _withheld(self, decision: Decision, answer: Any, it: int) -> bool:
         """A recorded answer whose call held a redacted value the journal withheld: the call
         cannot be rebuilt (its arguments came from the model)."""
-        recorded = answer.recorded or (self.recording is not None and self.recording.replay)
+        rec = self.recording
+        recorded = answer.recorded or (rec is not None and rec.replay and not rec.live(it))
         tool = self._tool(decision.tool)
         return recorded and tool is not None and self.handle.ctx.redactor(tool).marked(decision.args)
