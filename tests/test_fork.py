@@ -133,7 +133,8 @@ def test_an_export_starts_with_a_manifest_naming_what_it_cannot_reproduce(tmp_pa
         validator.validate(line)
 
 
-def test_a_manifest_names_the_child_runs_exported_on_their_own(tmp_path):
+def child_setup(tmp_path, *questions: str):
+    """A sequential parent that asks its ``research`` child plan each question."""
     write(tmp_path / "reg.yml", f"""
         version: 1
         app_root: {APP}
@@ -157,6 +158,7 @@ def test_a_manifest_names_the_child_runs_exported_on_their_own(tmp_path):
         subagent: t
         mode: routed
         goal: Research one question.
+        inputs: {{type: object, required: [question]}}
         allowed_tools: [echo]
         router_profile: {profile}
         final_profile: {profile}
@@ -165,7 +167,12 @@ def test_a_manifest_names_the_child_runs_exported_on_their_own(tmp_path):
     """)
     parent = write(tmp_path / "plan.yml", json.dumps({
         "version": 1, "registry": "reg.yml", "subagent": "t", "mode": "sequential",
-        "calls": [{"tool": "research", "args": {"q": 1}}, {"tool": "research", "args": {"q": 2}}]}))
+        "calls": [{"tool": "research", "args": {"question": q}} for q in questions]}))
+    return parent
+
+
+def test_a_manifest_names_the_child_runs_exported_on_their_own(tmp_path):
+    parent = child_setup(tmp_path, "why?", "how?")
     records = run_live(tmp_path, parent, FINAL, '{"answer": "a"}', FINAL, '{"answer": "b"}')
     children = [r["child_run_id"] for r in records if r["type"] == "receipt"]
     assert len(set(children)) == 2 and None not in children
@@ -302,3 +309,61 @@ def test_a_resumed_fork_still_denies_writes(tmp_path):
     marker = next(r for r in sink.got if r["type"] == "receipt" and r["tool"] == "marker")
     assert marker["status"] == "denied" and not target.exists()
     assert sink.got[-1]["forked_from"] == {"run_id": run_id, "iteration": 2}
+
+
+# --- a recording that runs out ---------------------------------------------------------------
+
+
+def test_a_replay_that_runs_out_of_recorded_answers_ends_provider_error_and_never_reaches_the_network(
+        tmp_path, model_server):
+    # recorded with the model answering once, then failing: the recording holds turn 1 only
+    plan = plan_file(tmp_path, server=model_server)
+    records = run_live(tmp_path, plan, call("echo", {"x": 1}))
+    run_id = records[-1]["run_id"]
+    assert records[-1]["outcome"] == "provider_error"
+    launch = Launch(state(tmp_path))
+    prepared = launch.replay(run_id)
+    sink = Records()
+    launch.start(prepared, sink, handle_signals=False)
+    summary = sink.got[-1]
+    assert summary["outcome"] == "provider_error" and summary["error"]["kind"] == "provider_error"
+    assert "fixture exhausted at turn 2" in summary["error"]["message"]
+    assert model_server.requests == []  # the profiles name this server: the replay never asked it
+
+
+def test_a_fixture_that_runs_out_ends_provider_error_at_the_turn_that_asked(tmp_path, model_server):
+    one_turn = "{max_iterations: 1, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30}"
+    records = run_live(tmp_path, plan_file(tmp_path, budget=one_turn), call("echo", {"x": 1}))
+    assert records[-1]["outcome"] == "max_iterations"
+    fixture = tmp_path / "fixtures" / "one.jsonl"
+    fixture.parent.mkdir()
+    fixture.write_text("".join(json.dumps(r) + "\n" for r in exported(tmp_path, records[-1]["run_id"])))
+    replayed = write(tmp_path / "replayed.yml", f"""
+        version: 1
+        registry: {REG}
+        subagent: t
+        mode: routed
+        goal: Find x.
+        allowed_tools: [echo]
+        router_profile: {{provider: replay, fixture: fixtures/one.jsonl}}
+        final_profile: {{provider: replay, fixture: fixtures/one.jsonl}}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 5, timeout_s: 30}}
+        final_schema: {{type: object, required: [answer]}}
+    """)
+    summary = run_live(tmp_path, replayed)[-1]
+    assert summary["outcome"] == "provider_error" and summary["status"] == "failed"
+    assert summary["error"]["message"].startswith("router profile: fixture exhausted at turn 2 (")
+    assert summary["loop"]["tool_calls"] == 1  # turn 1 ran as recorded
+    assert model_server.requests == []
+
+
+def test_a_child_run_forks_like_any_routed_run_with_its_context_from_the_journal(tmp_path):
+    parent = child_setup(tmp_path, "why-7d1e?")
+    records = run_live(tmp_path, parent, call("echo", {"x": 1}), FINAL, '{"answer": "a"}')
+    child = records[0]["child_run_id"]
+    live = ScriptedProvider([call("echo", {"x": 2}), FINAL, '{"answer": "b"}'])
+    forked = fork(tmp_path, child, 2, provider=live)
+    summary = forked[-1]
+    assert summary["final"] == {"answer": "b"} and summary["forked_from"] == {"run_id": child, "iteration": 2}
+    assert "why-7d1e?" in json.dumps(live.requests[0].messages)  # the child's context, read from its journal
+    assert [r["tool"] for r in forked if r["type"] == "receipt"] == ["echo", "echo"]
