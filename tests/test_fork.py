@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from conftest import APP, jsonl, write
+from modelserver import Reply
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.engine.replay import export_records
 from toolloop_cli.errors import ConfigError, UsageError
@@ -367,3 +368,38 @@ def test_a_child_run_forks_like_any_routed_run_with_its_context_from_the_journal
     assert summary["final"] == {"answer": "b"} and summary["forked_from"] == {"run_id": child, "iteration": 2}
     assert "why-7d1e?" in json.dumps(live.requests[0].messages)  # the child's context, read from its journal
     assert [r["tool"] for r in forked if r["type"] == "receipt"] == ["echo", "echo"]
+
+
+# --- what users see ----------------------------------------------------------------------------
+
+
+def test_replay_from_on_the_command_line_forks_and_exits_as_a_run(tmp_path, model_server, cli):
+    log, target = tmp_path / "log.txt", tmp_path / "written.txt"
+    plan = plan_file(tmp_path, server=model_server)
+    model_server.script(call("log_run", {"log": str(log), "key": "a"}), FINAL, '{"answer": "recorded"}')
+    first = cli("run", str(plan), "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    assert first.returncode == 0, first.stderr.decode()
+    run_id = jsonl(first.stdout)[-1]["run_id"]
+    exported_lines = jsonl(cli("runs", "export", run_id).stdout)
+    assert exported_lines[0]["type"] == "manifest" and exported_lines[0]["not_captured"]["env"] == ["TL_TEST_KEY"]
+
+    model_server.script(call("marker", {"path": str(target)}), FINAL, '{"answer": "forked"}')
+    forked = cli("replay", run_id, "--from", "2", "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    assert forked.returncode == 0, forked.stderr.decode()
+    records = jsonl(forked.stdout)
+    assert records[-1]["forked_from"] == {"run_id": run_id, "iteration": 2}
+    assert next(r for r in records if r.get("tool") == "marker" and r["type"] == "receipt")["status"] == "denied"
+    assert not target.exists() and log.read_text().split() == ["a"]
+    assert f"fork of {run_id} from turn 2 as {records[-1]['run_id']}".encode() in forked.stderr
+
+    # the fork's model fails: the fork exits 1 as a run would, not as a divergence check
+    model_server.script(Reply(status=400, text="no such model"))
+    failing = cli("replay", run_id, "--from", "1", "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    assert failing.returncode == 1 and jsonl(failing.stdout)[-1]["outcome"] == "provider_error"
+
+    narrow = plan_file(tmp_path, "narrow.yml", tools="[echo]", server=model_server)
+    refused = cli("replay", run_id, "--from", "2", "--plan", str(narrow), "--format", "jsonl")
+    assert refused.returncode == 3 and b"no longer admits the recorded turns" in refused.stderr
+    assert b"cannot be forked; nothing ran" in refused.stderr
+    usage = cli("replay", run_id, "--plan", str(narrow))
+    assert usage.returncode == 2 and b"--plan is for a fork: give --from N too" in usage.stderr
