@@ -403,3 +403,20 @@ def test_replay_from_on_the_command_line_forks_and_exits_as_a_run(tmp_path, mode
     assert b"cannot be forked; nothing ran" in refused.stderr
     usage = cli("replay", run_id, "--plan", str(narrow))
     assert usage.returncode == 2 and b"--plan is for a fork: give --from N too" in usage.stderr
+
+
+def test_a_fork_goes_past_a_supervisor_pause_the_recording_was_resumed_from(tmp_path):
+    log = tmp_path / "log.txt"
+    plan = plan_file(tmp_path, extra="supervisor: {rules: [{when: iteration_reached, gte: 1}], on_violation: pause}")
+    paused = run_live(tmp_path, plan, call("log_run", {"log": str(log), "key": "a"}))
+    assert paused[-1]["outcome"] == "paused"
+    run_id = paused[-1]["run_id"]
+    launch = Launch(state(tmp_path))
+    prepared = launch.resume(run_id)
+    sink = Records()
+    launch.start(prepared, sink, handle_signals=False,
+                 providers={"openai": ScriptedProvider([call("echo", {"x": 1}), FINAL, '{"answer": "r"}'])})
+    assert sink.got[-1]["outcome"] == "final"
+    forked = fork(tmp_path, run_id, 2, FINAL, '{"answer": "f"}')
+    assert forked[-1]["outcome"] == "final" and forked[-1]["final"] == {"answer": "f"}
+    assert log.read_text().split() == ["a"]

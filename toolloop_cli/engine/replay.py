@@ -59,7 +59,8 @@ def prepare_fork(store: Store, run: dict, turn: int, *, plan_file: str | None = 
     rid = run["run_id"]
     if run["mode"] != "routed":
         raise UsageError(f"run {rid} is a {run['mode']} run; replay --from forks routed runs")
-    decisions = [rec for _before, rec in store.records_of(rid) if rec.get("type") == "decision"]
+    records = [rec for _before, rec in store.records_of(rid)]
+    decisions = [rec for rec in records if rec.get("type") == "decision"]
     turns = max((int(d["iteration"]) for d in decisions), default=0)
     if not 1 <= turn <= turns:
         raise UsageError(f"run {rid} has {turns} turn(s); --from takes a turn from 1 to {turns}" if turns else
@@ -71,8 +72,11 @@ def prepare_fork(store: Store, run: dict, turn: int, *, plan_file: str | None = 
     routers = [i for i, a in enumerate(answers) if a.get("role") == "router"]
     before = answers[:routers[turn - 1]] if len(routers) >= turn else answers
     receipts = {r["seq"]: r for r in store.receipts_of(rid) if (r.get("iteration") or 0) < turn}
+    # a supervisor pause the recording went past (resumed) before turn N does not stop the fork
+    pauses = frozenset((r["iteration"], r["rule"]) for r in records if r.get("type") == "supervisor"
+                       and r.get("action") == "pause" and (r.get("iteration") or 0) < turn)
     recording = Recording(answers=before, receipts=receipts, started=set(), replay=True, offline=True,
-                          fork=Fork(rid, turn, execute_writes))
+                          pauses=pauses, fork=Fork(rid, turn, execute_writes))
     return plan, recording
 
 
