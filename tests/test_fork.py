@@ -15,7 +15,7 @@ import pytest
 from conftest import APP, jsonl, write
 from modelserver import Reply
 from toolloop_cli.engine.launch import Launch, RunOptions
-from toolloop_cli.engine.replay import export_records
+from toolloop_cli.engine.replay import exhausted_turn, export_records
 from toolloop_cli.errors import ConfigError, UsageError
 from toolloop_cli.providers.scripted import ScriptedProvider
 from toolloop_cli.record_schema import receipt_schema
@@ -210,6 +210,10 @@ def test_a_fork_takes_the_recorded_turns_before_n_and_goes_on_live_from_n(tmp_pa
     assert records[1]["result"] == recorded[1]["result"] and records[1]["run_id"] == summary["run_id"]
     assert records[3]["result"] == {"received": {"x": 2}}
     assert len(live.requests) == 3  # only the live turns and the closeout asked the model
+    validator = jsonschema.Draft202012Validator(receipt_schema())
+    for record in records:
+        validator.validate(record)
+    assert KEY not in json.dumps(records)
     assert "log_run" in live.requests[0].messages[-1]["content"]  # the live turn saw turn 1's observation
     # the recorded turn's usage is charged: 3 recorded-then-live router answers and a closeout
     assert summary["loop"]["iterations"] == 3 and summary["loop"]["model_calls"] == 4
@@ -328,7 +332,8 @@ def test_a_replay_that_runs_out_of_recorded_answers_ends_provider_error_and_neve
     launch.start(prepared, sink, handle_signals=False)
     summary = sink.got[-1]
     assert summary["outcome"] == "provider_error" and summary["error"]["kind"] == "provider_error"
-    assert "fixture exhausted at turn 2" in summary["error"]["message"]
+    assert "fixture exhausted at turn 2" in summary["error"]["message"] and exhausted_turn(summary) == 2
+    assert exhausted_turn(records[-1]) is None  # the recording's own provider error was no exhaustion
     assert model_server.requests == []  # the profiles name this server: the replay never asked it
 
 

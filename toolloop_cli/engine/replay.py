@@ -143,6 +143,18 @@ def _check_recorded_turns(plan: AdmittedPlan, decisions: list[dict], turn: int, 
                       + "; ".join(problems[:5]), path)
 
 
+def exhausted_turn(summary: dict) -> int | None:
+    """The turn at which a replayed run ran out of recorded answers (its summary's ``error`` says
+    ``fixture exhausted at turn N``), or None when it did not."""
+    import re
+
+    error = summary.get("error")
+    if not isinstance(error, dict) or error.get("kind") != "provider_error":
+        return None
+    found = re.search(r"\bfixture exhausted at turn (\d+)\b", str(error.get("message") or ""))
+    return int(found.group(1)) if found else None
+
+
 def _ignored(a: dict, b: dict) -> frozenset[str]:
     """What is not compared between a recorded record and its replay: the volatile keys, and for
     a call the recording took from the cache (no attempt made), its ``attempts`` too."""
