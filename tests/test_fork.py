@@ -425,3 +425,19 @@ def test_a_fork_goes_past_a_supervisor_pause_the_recording_was_resumed_from(tmp_
     forked = fork(tmp_path, run_id, 2, FINAL, '{"answer": "f"}')
     assert forked[-1]["outcome"] == "final" and forked[-1]["final"] == {"answer": "f"}
     assert log.read_text().split() == ["a"]
+
+
+def test_a_fork_of_a_child_run_resumes_with_the_childs_context(tmp_path):
+    parent = child_setup(tmp_path, "why-3f0a?")
+    records = run_live(tmp_path, parent, call("echo", {"x": 1}), FINAL, '{"answer": "a"}')
+    child = records[0]["child_run_id"]
+    broken = fork(tmp_path, child, 2)  # the live model fails at once: the fork ends, resumable
+    fork_id = broken[-1]["run_id"]
+    assert broken[-1]["outcome"] == "provider_error"
+    launch = Launch(state(tmp_path))
+    prepared = launch.resume(fork_id)
+    sink = Records()
+    live = ScriptedProvider([FINAL, '{"answer": "b"}'])
+    launch.start(prepared, sink, handle_signals=False, providers={"openai": live})
+    assert sink.got[-1]["final"] == {"answer": "b"} and sink.got[-1]["forked_from"]["run_id"] == child
+    assert "why-3f0a?" in json.dumps(live.requests[0].messages)

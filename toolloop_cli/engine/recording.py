@@ -23,6 +23,9 @@ class Fork:
     run_id: str
     iteration: int
     execute_writes: bool = False
+    #: a fork of a child run: its context (from the child's journal), depth and the top plan's
+    #: cap, journaled with the fork so that its resume admits the plan as the fork did
+    child: dict | None = None
 
     def live(self, iteration: int) -> bool:
         return iteration >= self.iteration
@@ -38,7 +41,7 @@ class Fork:
         return {"run_id": self.run_id, "iteration": self.iteration}
 
     def journal_form(self) -> dict:
-        return {"forked_from": self.summary(), "fork_execute_writes": self.execute_writes}
+        return {"forked_from": self.summary(), "fork_execute_writes": self.execute_writes, **(self.child or {})}
 
     @classmethod
     def from_options(cls, options: dict | None) -> Fork | None:

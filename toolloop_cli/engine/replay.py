@@ -76,8 +76,16 @@ def prepare_fork(store: Store, run: dict, turn: int, *, plan_file: str | None = 
     pauses = frozenset((r["iteration"], r["rule"]) for r in records if r.get("type") == "supervisor"
                        and r.get("action") == "pause" and (r.get("iteration") or 0) < turn)
     recording = Recording(answers=before, receipts=receipts, started=set(), replay=True, offline=True,
-                          pauses=pauses, fork=Fork(rid, turn, execute_writes))
+                          pauses=pauses, fork=Fork(rid, turn, execute_writes, _child_of(run)))
     return plan, recording
+
+
+def _child_of(run: dict) -> dict | None:
+    """What a fork of a child run keeps of the child: its context, depth and the top plan's cap."""
+    opts = run["options"] or {}
+    if opts.get("parent_run_id") is None:
+        return None
+    return {"context": opts.get("context") or {}, "depth": opts.get("depth"), "max_depth": opts.get("max_depth")}
 
 
 def _admit_fork_plan(store: Store, run: dict, plan_file: str | None) -> AdmittedPlan:

@@ -334,7 +334,7 @@ def admit_journaled(run: dict, j: _Journaled | None = None, store: Store | None 
         depth=int(opts.get("depth") or 0), max_depth=opts.get("max_depth"), servers=servers))
     if plan.plan_sha256 != run["plan_sha256"]:
         raise _refuse(f"the plan {j.plan_path} changed since run {j.run_id} started; it must be the same plan")
-    if child:
+    if child or (opts.get("forked_from") is not None and "context" in opts):  # a fork of a child run too
         import dataclasses
 
         plan = dataclasses.replace(plan, routed=dataclasses.replace(plan.routed, context=opts.get("context") or {}))  # type: ignore[arg-type]
