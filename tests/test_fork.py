@@ -8,6 +8,7 @@ subprocesses for what users see."""
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import jsonschema
 import pytest
@@ -441,3 +442,18 @@ def test_a_fork_of_a_child_run_resumes_with_the_childs_context(tmp_path):
     launch.start(prepared, sink, handle_signals=False, providers={"openai": live})
     assert sink.got[-1]["final"] == {"answer": "b"} and sink.got[-1]["forked_from"]["run_id"] == child
     assert "why-3f0a?" in json.dumps(live.requests[0].messages)
+
+
+def test_a_fork_of_a_run_whose_chain_does_not_hold_is_refused(tmp_path):
+    run_id, _ = recorded_run(tmp_path, str(tmp_path / "log.txt"))
+    db = sqlite3.connect(state(tmp_path) / "state.db")
+    with db:  # a recorded answer edited by hand: its link no longer holds
+        db.execute("UPDATE model_answers SET record=replace(record, 'enough', 'changed') WHERE run_id=?", (run_id,))
+    runs_before = db.execute("SELECT count(*) FROM runs").fetchone()[0]
+    db.close()
+    with pytest.raises(ConfigError) as refused:
+        Launch(state(tmp_path)).fork(run_id, 3)
+    assert f"run {run_id} cannot be forked: the journal does not match its hash chain" in refused.value.problems[0].message
+    db = sqlite3.connect(state(tmp_path) / "state.db")
+    assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == runs_before  # no fork was started
+    db.close()
