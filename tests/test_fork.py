@@ -271,6 +271,12 @@ def test_a_fork_from_a_turn_the_run_did_not_have_is_a_usage_error(tmp_path):
     for turn in (0, 4):
         with pytest.raises(UsageError, match=r"has 3 turn\(s\); --from takes a turn from 1 to 3"):
             Launch(state(tmp_path)).fork(run_id, turn)
+    batch = write(tmp_path / "batch.yml", json.dumps({
+        "version": 1, "registry": str(REG), "subagent": "t", "mode": "sequential",
+        "calls": [{"tool": "echo", "args": {"x": 1}}]}))
+    batch_id = run_live(tmp_path, batch)[-1]["run_id"]
+    with pytest.raises(UsageError, match="is a sequential run; replay --from forks routed runs"):
+        Launch(state(tmp_path)).fork(batch_id, 1)
 
 
 def test_a_fork_paused_for_approval_resumes_as_the_fork_it_is(tmp_path):
