@@ -463,3 +463,27 @@ def test_a_fork_of_a_run_whose_chain_does_not_hold_is_refused(tmp_path):
     db = sqlite3.connect(state(tmp_path) / "state.db")
     assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == runs_before  # no fork was started
     db.close()
+
+
+def test_a_fork_whose_plan_changed_a_recorded_calls_schema_is_refused(tmp_path):
+    run_id, _ = recorded_run(tmp_path, str(tmp_path / "log.txt"))
+    write(tmp_path / "changed.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{tool_timeout_s: 10}}
+            tools:
+              log_run:
+                callable: testapp.tools:log_run
+                description: Logs each execution to a file, now at a level.
+                input_schema: {{type: object, required: [log, key, level], properties: {{level: {{type: integer}}}}}}
+                output_schema: {{}}
+    """)
+    plan = plan_file(tmp_path, "changed-plan.yml", tools="[log_run]")
+    plan.write_text(plan.read_text().replace(str(REG), str(tmp_path / "changed.yml")))
+    with pytest.raises(ConfigError) as refused:
+        Launch(state(tmp_path)).fork(run_id, 3, plan=plan)
+    message = refused.value.problems[0].message
+    assert "turn 1 called 'log_run' with arguments its input schema no longer takes" in message
+    assert "turn 2 called 'log_run' with arguments its input schema no longer takes" in message
