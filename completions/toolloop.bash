@@ -24,7 +24,7 @@ _toolloop_options()
         "toolloop call") echo "--approve --args --format --help --no-cache --state-dir --timeout -f -h" ;;
         "toolloop init") echo "--help -h" ;;
         "toolloop lock") echo "--help -h" ;;
-        "toolloop replay") echo "--execute-writes --format --help --offline --state-dir -f -h" ;;
+        "toolloop replay") echo "--execute-writes --format --from --help --offline --plan --state-dir -f -h" ;;
         "toolloop resume") echo "--accept-contract-change --approve --audit --executor --format --halt --help --lanes --order --raise --ray-address --retry-failed --retry-interrupted --state-dir -f -h" ;;
         "toolloop run") echo "--app-root --approve --audit --dry-run --executor --format --halt --help --label --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --order --progress --ray-address --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
         "toolloop runs") echo "--help -h" ;;
@@ -61,6 +61,8 @@ _toolloop_option_value()
         "toolloop call --state-dir") echo "@dir" ;;
         "toolloop call --timeout") echo "@text" ;;
         "toolloop call -f"|"toolloop call --format") echo "auto table jsonl json" ;;
+        "toolloop replay --from") echo "@text" ;;
+        "toolloop replay --plan") echo "@file" ;;
         "toolloop replay --state-dir") echo "@dir" ;;
         "toolloop replay -f"|"toolloop replay --format") echo "auto table jsonl json" ;;
         "toolloop resume --approve") echo "@text" ;;

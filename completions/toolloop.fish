@@ -83,6 +83,8 @@ set -g __toolloop_value_options \
     'toolloop call --timeout' \
     'toolloop call -f' \
     'toolloop replay --format' \
+    'toolloop replay --from' \
+    'toolloop replay --plan' \
     'toolloop replay --state-dir' \
     'toolloop replay -f' \
     'toolloop resume --approve' \
@@ -162,7 +164,7 @@ complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
 complete -c toolloop -n '__toolloop_using toolloop' -a init -d 'Write a small working App package, its registry and a sequential and a parallel plan.'
 complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write the registry\'s entry in toolloop.lock beside it: every tool\'s contract hash and each subagent\'s runner_defaults hash (other registries\' entries in the same lock are kept).'
-complete -c toolloop -n '__toolloop_using toolloop' -a replay -d 'Re-run a routed run from its recorded model answers and report what differs (exit 1).'
+complete -c toolloop -n '__toolloop_using toolloop' -a replay -d 'Re-run a routed run from its recorded model answers and report what differs (exit 1), or fork it with --from N.'
 complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an interrupted run; print the full receipt set in order, then the summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a run -d 'Run a plan; print one receipt per call, in input order, then a summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a runs -d 'List journaled runs and show their receipts.'
@@ -224,8 +226,10 @@ complete -c toolloop -n '__toolloop_using toolloop lock' -s h -l help -d 'Show t
 complete -c toolloop -n '__toolloop_using toolloop lock' -F
 
 # toolloop replay
-complete -c toolloop -n '__toolloop_using toolloop replay' -l execute-writes -d 'Run write and destructive tools again too.'
+complete -c toolloop -n '__toolloop_using toolloop replay' -l execute-writes -d 'Run write and destructive tools again too (in a fork: from turn N on).'
+complete -c toolloop -n '__toolloop_using toolloop replay' -l from -x -d 'Fork: take the recorded turns before N, then go on live as a new run.'
 complete -c toolloop -n '__toolloop_using toolloop replay' -l offline -d 'Take every tool result from the recording: run no tool and no model.'
+complete -c toolloop -n '__toolloop_using toolloop replay' -l plan -r -F -d 'With --from: the plan the fork goes on with (default: the run\'s plan file as it is now).'
 complete -c toolloop -n '__toolloop_using toolloop replay' -l state-dir -r -F -d 'Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).'
 complete -c toolloop -n '__toolloop_using toolloop replay' -s f -l format -x -a 'auto table jsonl json' -d 'auto, table, jsonl or json.'
 complete -c toolloop -n '__toolloop_using toolloop replay' -s h -l help -d 'Show this message and exit.'
@@ -273,7 +277,7 @@ complete -c toolloop -n '__toolloop_using toolloop run' -s j -l max-concurrency 
 complete -c toolloop -n '__toolloop_using toolloop run' -F
 
 # toolloop runs
-complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s records and model answers as JSON Lines: a replay fixture as it is.'
+complete -c toolloop -n '__toolloop_using toolloop runs' -a export -d 'A run\'s manifest, model answers and records as JSON Lines: a replay fixture as it is.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a list -d 'Journaled runs, newest first: id, mode, status, counts, started.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a prune -d 'Delete finished runs and the cache entries only they used; report what was freed.'
 complete -c toolloop -n '__toolloop_using toolloop runs' -a show -d 'The receipts of a run again, in order, then the calls waiting for approval and the notifications sent about it, then its summary (byte for byte what the run printed as JSON Lines, for a finished run without notifications).'

@@ -20,7 +20,7 @@ _toolloop() {
         'call:Run one ad-hoc call through every gate and print its receipt.'
         'init:Write a small working App package, its registry and a sequential and a parallel plan.'
         'lock:Write the registry'\''s entry in toolloop.lock beside it\: every tool'\''s contract hash and each subagent'\''s runner_defaults hash (other registries'\'' entries in the same lock are kept).'
-        'replay:Re-run a routed run from its recorded model answers and report what differs (exit 1).'
+        'replay:Re-run a routed run from its recorded model answers and report what differs (exit 1), or fork it with --from N.'
         'resume:Finish an interrupted run; print the full receipt set in order, then the summary.'
         'run:Run a plan; print one receipt per call, in input order, then a summary.'
         'runs:List journaled runs and show their receipts.'
@@ -147,8 +147,10 @@ _toolloop_lock() {
 
 _toolloop_replay() {
     _arguments \
-        '--execute-writes[Run write and destructive tools again too.]' \
+        '--execute-writes[Run write and destructive tools again too (in a fork\: from turn N on).]' \
+        '--from[Fork\: take the recorded turns before N, then go on live as a new run.]:from: ' \
         '--offline[Take every tool result from the recording\: run no tool and no model.]' \
+        '--plan[With --from\: the plan the fork goes on with (default\: the run'\''s plan file as it is now).]:plan:_files' \
         '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
@@ -205,7 +207,7 @@ _toolloop_runs() {
     typeset -A opt_args
     local -a commands
     commands=(
-        'export:A run'\''s records and model answers as JSON Lines\: a replay fixture as it is.'
+        'export:A run'\''s manifest, model answers and records as JSON Lines\: a replay fixture as it is.'
         'list:Journaled runs, newest first\: id, mode, status, counts, started.'
         'prune:Delete finished runs and the cache entries only they used; report what was freed.'
         'show:The receipts of a run again, in order, then the calls waiting for approval and the notifications sent about it, then its summary (byte for byte what the run printed as JSON Lines, for a finished run without notifications).'

@@ -436,3 +436,28 @@ def test_a_live_case_whose_key_is_unset_errors(tmp_path, monkeypatch):
     (why,) = tests[0]["failures"]
     assert why["expect"] == "run" and KEY_VAR in why["got"] and "not set" in why["got"]
     assert (summary["passed"], summary["errors"]) == (1, 1)
+
+
+def test_a_case_tells_nobody_even_when_its_plan_says_notify(tmp_path, monkeypatch):
+    import sys
+
+    from toolloop_cli.engine.launch import RunOptions
+    from toolloop_cli.engine.run import execute_plan
+    from toolloop_cli.plan.admit import admit_plan
+
+    told = tmp_path / "told.txt"
+    path, log = recorded_case(tmp_path, monkeypatch)
+    script = f"import sys; open({str(told)!r}, 'a').write(sys.stdin.read())"
+    plan = routed_plan(tmp_path, extra=f"notify: {{command: [{sys.executable}, -c, {json.dumps(script)}], on: [finished]}}")
+    tests, _ = run([path], settings(tmp_path))
+    assert tests[0]["status"] == "pass"
+    assert not told.exists()
+    # the same plan run as a run (not a case) does tell: the command works
+    store = Store(tmp_path / "state2")
+    try:
+        execute_plan(admit_plan(plan), store, lambda r: None,
+                     RunOptions(handle_signals=False,
+                                providers={"openai": ScriptedProvider([CALL_LOG.replace("LOG", str(log)), FINAL, ANSWER])}))
+    finally:
+        store.close()
+    assert json.loads(told.read_text())["event"] == "finished"

@@ -121,6 +121,13 @@ class LoopRecord(_Record):
     by_part: dict[Literal["router", "final", "judge", "children"], PartSpend]
 
 
+class ForkedFrom(_Record):
+    """The recorded run a fork (``replay --from N``) took its first turns from, and N."""
+
+    run_id: str
+    iteration: int = Field(ge=1)
+
+
 class SummaryRecord(_Record):
     """Always the last record of a run (run_id, mode and contract_sha256 are null only for a plan
     rejected before anything ran)."""
@@ -148,6 +155,7 @@ class SummaryRecord(_Record):
     tainted_by: Optional[TaintRecord] = None  # routed runs: the first untrusted receipt shown
     # routed runs: what paused the run (kind: budget, approval, child, supervisor), or null
     paused_by: Optional[dict[str, Any]] = None
+    forked_from: Optional[ForkedFrom] = None  # replay --from N: the run and turn it was forked from
 
 
 class DecisionRecord(_Record):
@@ -254,10 +262,42 @@ class NotificationRecord(_Record):
     at: str = RFC3339
 
 
+class RedactedAt(_Record):
+    """A value of the export a redaction replaced: its 0-based line and the JSON Pointer in it."""
+
+    record: int = Field(ge=1)
+    pointer: str
+
+
+class NotCaptured(_Record):
+    """What a replay cannot reproduce from an export."""
+
+    redacted: list[RedactedAt]
+    child_runs: list[str]  # exported on their own
+    env: list[str]  # names of the environment variables the run read for credentials
+
+
+class ExportCounts(_Record):
+    records: int = Field(ge=0)  # the run's records (the manifest and the model answers aside)
+    model_answers: int = Field(ge=0)
+
+
+class ManifestRecord(_Record):
+    """The first record of ``runs export``: what the file holds and what it cannot reproduce."""
+
+    type: Literal["manifest"]
+    run_id: str
+    toolloop_version: str
+    plan: str
+    contract_sha256: Optional[str]
+    counts: ExportCounts
+    not_captured: NotCaptured
+
+
 class OutputRecord(BaseModel):
     record: Union[ReceiptRecord, SummaryRecord, DecisionRecord, SupervisorRecord, GuardrailRecord,
                   ModelAnswerRecord, TestRecord, TestSummaryRecord,
-                  NotificationRecord] = Field(discriminator="type")
+                  NotificationRecord, ManifestRecord] = Field(discriminator="type")
 
 
 def receipt_schema() -> dict:

@@ -23,24 +23,39 @@ def _open_store(state_dir: Optional[Path]):  # noqa: ANN202 - Store, imported la
 def replay(
     run_id: str = typer.Argument(..., metavar="RUN_ID", help="Run id of a routed run (a unique prefix is enough)."),
     offline: bool = typer.Option(False, "--offline", help="Take every tool result from the recording: run no tool and no model."),
-    execute_writes: bool = typer.Option(False, "--execute-writes", help="Run write and destructive tools again too."),
+    execute_writes: bool = typer.Option(False, "--execute-writes", help="Run write and destructive tools again too (in a fork: from turn N on)."),
+    from_turn: Optional[int] = typer.Option(None, "--from", metavar="N", min=1, help="Fork: take the recorded turns before N, then go on live as a new run."),
+    plan: Optional[Path] = typer.Option(None, "--plan", metavar="FILE", help="With --from: the plan the fork goes on with (default: the run's plan file as it is now)."),
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
-    """Re-run a routed run from its recorded model answers and report what differs (exit 1)."""
+    """Re-run a routed run from its recorded model answers and report what differs (exit 1), or fork it with --from N."""
     from ..engine.launch import Launch
     from ..errors import ConfigError
-    from .common import print_findings
+    from .common import print_findings, require_file
     from .running import start
 
+    if from_turn is None and plan is not None:
+        fail("--plan is for a fork: give --from N too", 2)
+    if from_turn is not None and offline:
+        fail("--offline replays a run whole; a fork (--from N) goes on live from turn N", 2)
+    if plan is not None:
+        require_file(plan, "--plan")
     launch = Launch(state_dir)
     try:
-        prepared = launch.replay(run_id, offline=offline, execute_writes=execute_writes)
+        if from_turn is not None:
+            prepared = launch.fork(run_id, from_turn, plan=plan, execute_writes=execute_writes)
+        else:
+            prepared = launch.replay(run_id, offline=offline, execute_writes=execute_writes)
     except ConfigError as exc:
         print_findings(exc.problems)
-        sys.stderr.write(f"toolloop: run {launch.run_id} cannot be replayed; nothing ran\n")
+        doing = "forked" if from_turn is not None else "replayed"
+        sys.stderr.write(f"toolloop: run {launch.run_id} cannot be {doing}; nothing ran\n")
         raise typer.Exit(3)
     result = start(launch, prepared, format)
+    if from_turn is not None:  # a fork is a run: it exits as one
+        sys.stderr.write(f"toolloop: fork of {launch.run_id} from turn {from_turn} as {result.summary['run_id']}\n")
+        raise typer.Exit(result.exit_code)
     diffs = launch.replay_differences(prepared, result)
     for line in diffs:
         sys.stderr.write(f"toolloop: replay differs: {line}\n")
@@ -54,15 +69,13 @@ def export(
     format: DataFormat = typer.Option(DataFormat.jsonl, "--format", "-f", metavar="auto|table|jsonl|json", help="jsonl (default) or json."),
     state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help=STATE_DIR_HELP),
 ) -> None:
-    """A run's records and model answers as JSON Lines: a replay fixture as it is."""
-    from ..engine.replay import recorded_records
+    """A run's manifest, model answers and records as JSON Lines: a replay fixture as it is."""
+    from ..engine.replay import export_records
     from ..engine.resume import find_run
 
     store = _open_store(state_dir)
     try:
-        run = find_run(store, run_id)
-        records = recorded_records(store, run)
-        answers = store.model_answers_of(run["run_id"])
+        records = export_records(store, find_run(store, run_id))
     finally:
         store.close()
     fmt = resolve_format(format, sys.stdout)
@@ -70,7 +83,7 @@ def export(
         fail("runs export writes records: use --format jsonl or json", 2)
     writer = record_writer(fmt, sys.stdout.buffer)
     try:
-        for rec in answers + records:
+        for rec in records:
             writer.write(rec)
         writer.close()
     except BrokenPipeError:

@@ -235,6 +235,28 @@ class Launch:
                              no_cache=True, approve="none", notifications=False)
         return Prepared(plan, options, recording=recording, source=run, recorded=recorded)
 
+    def fork(self, run_id: str, from_turn: int, *, plan: str | os.PathLike[str] | None = None,
+             execute_writes: bool = False) -> Prepared:
+        """A new run forked from a recorded routed run at turn ``from_turn``: the turns before it
+        take the recorded answers and tool results, and from it the loop goes on live with
+        ``plan`` (default: the run's plan file as it is now), its profiles and their keys; write
+        and destructive calls from that turn on are denied unless ``execute_writes``. The fork
+        runs with the recorded run's options. Raises UsageError (no such run or turn, not a
+        routed run) or ConfigError (it cannot be forked: the plan no longer admits the recorded
+        turns, or the chain does not hold)."""
+        from .replay import prepare_fork
+        from .resume import find_run
+
+        store = self.open(create=False)
+        try:
+            run = find_run(store, run_id)
+            self.run_id = run["run_id"]
+            admitted, recording = prepare_fork(store, run, from_turn, execute_writes=execute_writes,
+                                               plan_file=os.path.abspath(plan) if plan is not None else None)
+        finally:
+            self.close()
+        return Prepared(admitted, RunOptions.from_journal(run["options"]), recording=recording, source=run)
+
     def replay_differences(self, prepared: Prepared, result: RunResult) -> list[str]:
         """What the replay ``result`` did differently from the recording it replayed, one line each."""
         from .replay import differences, recorded_records

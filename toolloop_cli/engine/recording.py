@@ -1,12 +1,55 @@
 """What a routed run left in its journal, for the routed runner to go through again: on ``resume``
-(the same run goes on: recorded answers reused, settled receipts kept) or on ``replay`` (a new run
-answered by the recorded answers; tools run again or their recorded results are taken)."""
+(the same run goes on: recorded answers reused, settled receipts kept), on ``replay`` (a new run
+answered by the recorded answers; tools run again or their recorded results are taken) or on a
+fork (``replay --from N``: a new run that takes the recorded turns before N, then goes on live)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .rerun import resume_action, write_in_flight
+
+#: the message of a write or destructive call a fork refuses from its first live turn on
+FORK_DENIED = "not executed in a fork; pass --execute-writes"
+
+
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """A run forked from turn ``iteration`` of run ``run_id``: turns before it are the recording's,
+    from it on the loop is live, and writes are refused unless ``execute_writes``. Journaled with
+    the fork's options, so a resumed fork is still one."""
+
+    run_id: str
+    iteration: int
+    execute_writes: bool = False
+    #: a fork of a child run: its context (from the child's journal), depth and the top plan's
+    #: cap, journaled with the fork so that its resume admits the plan as the fork did
+    child: dict | None = None
+
+    def live(self, iteration: int) -> bool:
+        return iteration >= self.iteration
+
+    def refusal(self, iteration: int, tool: Any) -> str | None:
+        """Why a call at ``iteration`` is not executed in the fork, or None."""
+        if (self.live(iteration) and not self.execute_writes
+                and getattr(tool, "effect", "read") in ("write", "destructive")):
+            return FORK_DENIED
+        return None
+
+    def summary(self) -> dict:
+        return {"run_id": self.run_id, "iteration": self.iteration}
+
+    def journal_form(self) -> dict:
+        return {"forked_from": self.summary(), "fork_execute_writes": self.execute_writes, **(self.child or {})}
+
+    @classmethod
+    def from_options(cls, options: dict | None) -> Fork | None:
+        """The fork a run's journaled options say it is, or None."""
+        found = (options or {}).get("forked_from")
+        if not isinstance(found, dict):
+            return None
+        return cls(found["run_id"], int(found["iteration"]), bool((options or {}).get("fork_execute_writes")))
 
 
 @dataclass
@@ -28,6 +71,9 @@ class Recording:
     execute_writes: bool = False  # replay: run write and destructive tools again too
     #: replay: the recorded run's budget raises (operator controls of kind ``raise``), met again where they were
     raises: list = field(default_factory=list)
+    #: a fork (new, or resumed): where it left the recording; a new fork also has ``replay`` set,
+    #: with ``answers`` and ``receipts`` the recorded turns before its first live one
+    fork: Fork | None = None
 
     def action(self, seq: int, tool: object) -> str | None:
         """On resume, what the call at ``seq`` gets by the resume table (``rerun.py``): ``keep``
@@ -50,11 +96,18 @@ class Recording:
         died): it is reported ``interrupted`` rather than run again, unless --retry-interrupted."""
         return self.action(seq, tool) == "interrupted"
 
-    def replayed_receipt(self, seq: int, tool: object) -> dict | None:
+    def live(self, iteration: int) -> bool:
+        """Whether turn ``iteration`` asks the models (a fork from its first live turn on)."""
+        return self.fork is not None and self.fork.live(iteration)
+
+    def replayed_receipt(self, seq: int, tool: object, iteration: int | None = None) -> dict | None:
         """On replay, the recorded receipt a call takes instead of running: every call offline,
         else writes (unless ``execute_writes``), gated calls (their recorded answer is reused; a
         write gated by the recorded run's taint is one)
-        and ``plan:`` tools (a child run is replayed on its own)."""
+        and ``plan:`` tools (a child run is replayed on its own). A fork takes none from its
+        first live turn on."""
+        if iteration is not None and self.live(iteration):
+            return None
         rec = self.receipts.get(seq)
         if rec is None or rec.get("tool") != getattr(tool, "id", None):
             return None

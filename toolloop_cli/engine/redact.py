@@ -8,9 +8,11 @@ messages, tracebacks, a model's reply; ``_secrets.Scrubber`` says how).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import json
+from typing import Any, Callable, Iterable
 
 from .._secrets import REDACTED, Scrubber, scrub
+from ..router.decisions import Decision, parse_decision
 
 __all__ = ["REDACTED", "Redactor", "RunSecrets", "Scrubber", "scrub", "scrub_record"]
 
@@ -199,3 +201,22 @@ def run_credentials(contract: Any, environ: Any) -> list[str]:
         if environ.get(var):
             found.extend(credential_parts(environ[var]))
     return found
+
+
+def without_proposed_secrets(text: str, tool_of: Callable[[str | None], Any], redactor_of: Callable[[Any], Any],
+                             secrets: RunSecrets) -> str:
+    """A router's answer as the journal keeps it: the values it proposes for a tool's redacted
+    fields replaced where they stand, and added to the run's ``secrets`` (the model may repeat them)."""
+    decision = parse_decision(text)
+    if not isinstance(decision, Decision) or decision.action != "call" or decision.args is None:
+        return text
+    tool = tool_of(decision.tool)
+    if tool is None:
+        return text
+    red = redactor_of(tool)
+    proposed = red.secrets(decision.args)
+    if not proposed:
+        return text
+    secrets.add(proposed)
+    return json.dumps({"action": "call", "tool": decision.tool, "args": red.apply(decision.args),
+                       "reason": decision.reason})

@@ -334,7 +334,7 @@ def admit_journaled(run: dict, j: _Journaled | None = None, store: Store | None 
         depth=int(opts.get("depth") or 0), max_depth=opts.get("max_depth"), servers=servers))
     if plan.plan_sha256 != run["plan_sha256"]:
         raise _refuse(f"the plan {j.plan_path} changed since run {j.run_id} started; it must be the same plan")
-    if child:
+    if child or (opts.get("forked_from") is not None and "context" in opts):  # a fork of a child run too
         import dataclasses
 
         plan = dataclasses.replace(plan, routed=dataclasses.replace(plan.routed, context=opts.get("context") or {}))  # type: ignore[arg-type]
@@ -358,7 +358,7 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
                            retry_interrupted: bool = False) -> Any:
     """What a routed run's journal holds, for the routed runner to replay when it goes on (a
     resumed run, or a child run its parent resumes)."""
-    from .recording import Recording, seconds_used
+    from .recording import Fork, Recording, seconds_used
 
     run_id = run["run_id"]
     receipts = store.receipts_of(run_id)
@@ -367,7 +367,8 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
                        if rec.get("type") == "supervisor" and rec.get("action") == "pause")
     return Recording(answers=answers, receipts={r["seq"]: r for r in receipts}, started=store.started_seqs(run_id),
                      retry_failed=retry_failed, retry_interrupted=retry_interrupted,
-                     seconds_used=seconds_used(receipts, answers), pauses=pauses)
+                     seconds_used=seconds_used(receipts, answers), pauses=pauses,
+                     fork=Fork.from_options(run["options"]))
 
 
 def _kept_children(receipts: dict[int, dict], plan_seqs: set[int], kept: set[int]) -> list[tuple[int, Receipt]]:

@@ -46,9 +46,10 @@ from .gates import Refuse, Wait, check_call, proposal_problem
 from ..providers.base import CUT
 from .model_calls import LoopTimeout, ModelCalls, ProviderFailed
 from .recording import Recording
+from .replay import credential_env
 from .rerun import IN_FLIGHT
 from .guardrails import check_observation
-from .redact import RunSecrets, scrub_record
+from .redact import RunSecrets, scrub_record, without_proposed_secrets
 from .handle import RunHandle
 from .session import RunnerEnd, RunSession
 from .loopstate import LoopState
@@ -116,7 +117,10 @@ class RoutedRunner(FinalAnswer):
             return
         plan_path = plan.path if plan.path.startswith("<") else os.path.abspath(plan.path)
         options = {"subagent": plan.subagent.id, "app_root": plan.contract.app_root, **session.options.journal_form(),
-                   "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}}
+                   "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()},
+                   "credential_env": credential_env(plan)}
+        if self.recording is not None and self.recording.fork is not None:  # a fork stays one on resume
+            options.update(self.recording.fork.journal_form())
         if session.child_options is not None:  # a child run: how its parent's resume finds it again
             options.update(session.child_options)
             options["context"] = self._secrets.deep(options["context"])
@@ -136,7 +140,9 @@ class RoutedRunner(FinalAnswer):
             return
         run_id = recorded_run_id(rec.answers, rec.receipts) if rec.replay else session.run_id
         row = session.store.get_run(run_id) if run_id is not None else None
-        self.taint.restore(((row or {}).get("options") or {}).get(TAINT_OPTION))
+        # a new fork goes live from turn N: a taint the recording met there or later is not its own
+        self.taint.restore(((row or {}).get("options") or {}).get(TAINT_OPTION),
+                           before=rec.fork.iteration if rec.replay and rec.fork is not None else None)
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -154,6 +160,8 @@ class RoutedRunner(FinalAnswer):
             answers = ReplayAnswers([answer_from_record(a) for a in rec.answers], "the recorded run")
             providers = {role: ReplayProvider(answers) for role in self.spec.profiles()}
             recorded = ()
+            if rec.fork is not None:  # a fork: the recorded turns, then its plan's profiles live
+                providers = self._forked(answers, run)
         else:
             providers = self.spec.make_providers(self.env, given=run.providers)
         self.models = ModelCalls(providers, run_id=run.run_id, journal=self._journal_answer, recorded=recorded,
@@ -190,6 +198,13 @@ class RoutedRunner(FinalAnswer):
             self.supervision.late_controls(outcome)
         run.set_total_calls(self.seq)
         return self._end(outcome, final, why)
+
+    def _forked(self, answers: Any, run: RunHandle) -> dict[str, Any]:
+        from ..providers.replay import ForkProvider
+
+        live = self.spec.make_providers(self.env, given=run.providers)
+        given = list(run.providers.values())
+        return {role: ForkProvider(answers, p, close_live=not any(p is g for g in given)) for role, p in live.items()}
 
     def _note_starts(self, run: RunHandle) -> None:
         """Remember which calls began their first attempt: a write cut short after that may have
@@ -229,6 +244,8 @@ class RoutedRunner(FinalAnswer):
                    "paused_by": self.budgets.paused_by(outcome)}
         if self.contract_changed:
             summary["contract_changed"] = True
+        if self.recording is not None and self.recording.fork is not None:
+            summary["forked_from"] = self.recording.fork.summary()
         return RunnerEnd(stopped=outcome == "paused", status=status, summary=summary)
 
     async def _loop(self) -> tuple[str, Any, str | None]:
@@ -391,7 +408,7 @@ class RoutedRunner(FinalAnswer):
         self._last_rejected = key
 
     async def _call(self, it: int, decision: Decision, answer: Any) -> None:
-        withheld = self._withheld(decision, answer)
+        withheld = self._withheld(decision, answer, it)
         rejected = self._rejection(decision, withheld=withheld)
         if rejected is not None and rejected[0] == "over_budget" and self.ledger.tool_calls_pause():
             self.budgets.check_tool_call(it)  # pauses, or a raise answered it: checked again
@@ -447,6 +464,14 @@ class RoutedRunner(FinalAnswer):
         if kept is not None:
             self._count(tool, args, kept)
             return kept
+        refused = self.recording.fork.refusal(it, tool) if self.recording and self.recording.fork else None
+        if refused is not None:  # a fork's live turns make no write unless asked to
+            self.seq += 1
+            receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
+                                      status="denied", message=refused)
+            run.settle(receipt)
+            self._count(tool, args, receipt)
+            return receipt
         if withheld:
             self.seq += 1
             receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=str(it), iteration=it,
@@ -512,7 +537,7 @@ class RoutedRunner(FinalAnswer):
         """On replay, the recorded receipt as this run's own (new ids, this run's completion order)."""
         if self.recording is None or not self.recording.replay:
             return None
-        rec = self.recording.replayed_receipt(seq, tool)
+        rec = self.recording.replayed_receipt(seq, tool, it)
         if rec is None:
             return None
         ctx = self.handle.ctx
@@ -552,30 +577,15 @@ class RoutedRunner(FinalAnswer):
         writes after, since the model may repeat them), the run's credentials wherever they occur.
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
-            rec = {**rec, "text": self._without_proposed_secrets(rec["text"])}
+            rec = {**rec, "text": without_proposed_secrets(rec["text"], self._tool, self.handle.ctx.redactor, self._secrets)}
         self.handle.model_answer(scrub_record(rec, self._secrets))
         self._unsynced = True
 
-    def _without_proposed_secrets(self, text: str) -> str:
-        decision = parse_decision(text)
-        if not isinstance(decision, Decision) or decision.action != "call" or decision.args is None:
-            return text
-        tool = self._tool(decision.tool)
-        if tool is None:
-            return text
-        red = self.handle.ctx.redactor(tool)
-        proposed = red.secrets(decision.args)
-        if not proposed:
-            return text
-        self._secrets.add(proposed)
-        import json
-
-        return json.dumps({"action": "call", "tool": decision.tool, "args": red.apply(decision.args),
-                           "reason": decision.reason})
-
-    def _withheld(self, decision: Decision, answer: Any) -> bool:
+    def _withheld(self, decision: Decision, answer: Any, it: int) -> bool:
         """A recorded answer whose call held a redacted value the journal withheld: the call
         cannot be rebuilt (its arguments came from the model)."""
-        recorded = answer.recorded or (self.recording is not None and self.recording.replay)
+        rec = self.recording
+        recorded = answer.recorded or (rec is not None and rec.replay and not rec.live(it))
         tool = self._tool(decision.tool)
         return recorded and tool is not None and self.handle.ctx.redactor(tool).marked(decision.args)
+

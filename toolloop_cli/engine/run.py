@@ -18,6 +18,7 @@ from ..plan.admit import AdmittedPlan
 from ..store import lease_token
 from .handle import RunHandle
 from .lanes import run_lanes
+from .replay import credential_env
 from .session import Emit, RunnerEnd, RunOptions, RunResult, RunSession, new_run_id
 from .spool import lane_rows
 
@@ -39,7 +40,8 @@ def journal_plan(session: RunSession, plan: AdmittedPlan) -> None:
         "contract_sha256": plan.contract.contract_sha256,
         "options": {"max_concurrency": plan.max_concurrency, "subagent": plan.subagent.id,
                     "app_root": plan.contract.app_root, **session.options.journal_form(),
-                    "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()}},
+                    "tool_hashes": {tid: t.contract_sha256 for tid, t in plan.subagent.tools.items()},
+                    "credential_env": credential_env(plan)},
         "parallel_batch_id": ctx.config.parallel_batch_id, "total_calls": plan.total_calls,
         "lease_owner": session.owner,
     })

@@ -60,10 +60,14 @@ class RunTaint:
         """What the run's options hold of the fact (None while the run is not tainted)."""
         return None if self.source is None else {"tainted_by": self.source, "inherited": self.inherited}
 
-    def restore(self, journaled: Any) -> None:
+    def restore(self, journaled: Any, before: int | None = None) -> None:
         """The fact as the journal holds it (``journal_form`` of an earlier session, or of the
-        recorded run): an inherited taint holds at once, a run's own when the walk reaches it."""
+        recorded run): an inherited taint holds at once, a run's own when the walk reaches it.
+        ``before``: a fork's first live turn; a run's own taint met at it or later is not restored."""
         if not isinstance(journaled, dict) or not isinstance(journaled.get("tainted_by"), dict):
+            return
+        turn = journaled["tainted_by"].get("iteration")
+        if before is not None and not journaled.get("inherited") and not (isinstance(turn, int) and turn < before):
             return
         if journaled.get("inherited"):
             if self.source is None:

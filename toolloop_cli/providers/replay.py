@@ -142,6 +142,36 @@ class ReplayProvider:
         return None
 
 
+class ForkProvider:
+    """A fork's profile: the recorded answers of the turns before the fork first (shared by every
+    profile, as in a replay), then the live provider. ``close_live``: whether closing this closes
+    the live provider too (not when the caller gave it)."""
+
+    def __init__(self, recorded: ReplayAnswers, live: Any, *, close_live: bool = True):
+        self.recorded = recorded
+        self.live = live
+        self.close_live = close_live
+        self.name = getattr(live, "name", "fork")
+
+    def __repr__(self) -> str:
+        return f"ForkProvider(recorded={self.recorded!r}, live={self.live!r})"
+
+    @property
+    def server(self) -> Any:
+        return getattr(self.live, "server", None)
+
+    async def complete(self, request: ModelRequest, timeout_s: float) -> ModelReply:
+        if self.recorded.position < len(self.recorded.answers):
+            a = self.recorded.take(request.role)
+            return ModelReply(a.text, a.input_tokens, a.output_tokens, a.model, cut=a.cut)
+        reply: ModelReply = await self.live.complete(request, timeout_s)
+        return reply
+
+    async def aclose(self) -> None:
+        if self.close_live:
+            await self.live.aclose()
+
+
 def _make(profile: Profile, *, env: Mapping[str, str], plan_dir: str | os.PathLike[str] | None = None,
           replay_answers: Any = None) -> ReplayProvider:
     if replay_answers is None:

@@ -66,10 +66,11 @@ def _options(case: Case, settings: CaseSettings, *, live: bool) -> Any:
     from ..engine.launch import RunOptions
 
     labels = {LABEL: case.label}
+    # a case tells nobody: the plan's ``notify`` is for the runs people wait on, not for tests
     if live:
-        return RunOptions(approve=settings.approve, labels=labels, providers=settings.providers)
+        return RunOptions(approve=settings.approve, labels=labels, providers=settings.providers, notifications=False)
     # a replay: gates take their recorded answers, nothing is asked and nothing is cached
-    return RunOptions(approve="none", labels=labels, no_cache=True)
+    return RunOptions(approve="none", labels=labels, no_cache=True, notifications=False)
 
 
 def run_case(case: Case, settings: CaseSettings, *, fixture: Fixture | None = None, live: bool = False) -> CaseRun:
