@@ -1,7 +1,8 @@
-"""The routed loop and its journal: a model request is sent without waiting for the journal thread
-(what the request follows from is already queued, and the journal commits in queue order), while a
-call's gate and start come only after the answer and the decision that lead to it are committed;
-and each observation is rendered into the router's prompt once, then kept."""
+"""The routed loop and its journal: a model request waits for the journal thread only after a
+call's receipt (what the model is told of an effect is committed first), not after a turn that had
+no call (the journal commits in queue order); a call's gate and start come only after the answer and
+the decision that lead to it are committed; and each observation is rendered into the router's
+prompt once, then kept."""
 
 from __future__ import annotations
 
@@ -95,6 +96,24 @@ def test_a_call_is_gated_only_once_its_answer_and_decision_are_committed(tmp_pat
                                                          ' "reason": "again"}', FINAL, ANSWER]))
     assert summary["outcome"] == "final"
     assert seen == [(1, 1), (2, 2)]  # each call's gate saw its own answer and decision in the journal
+
+
+def test_a_model_request_after_a_call_waits_until_the_calls_receipt_is_committed(tmp_path):
+    # the model is told a call's result only once a resume would find its receipt: killed while
+    # the model thinks, the run never runs that call again
+    receipts_in_journal: list[int] = []
+
+    def second(_request):
+        db = sqlite3.connect(tmp_path / "state" / "state.db")
+        try:
+            receipts_in_journal.append(db.execute("SELECT count(*) FROM receipts").fetchone()[0])
+        finally:
+            db.close()
+        return FINAL
+
+    summary = run(tmp_path, ScriptedProvider([CALL_ECHO, second, ANSWER]))
+    assert summary["outcome"] == "final"
+    assert receipts_in_journal == [1]
 
 
 def view(observations=(), tools=None, instructions="Be brief.") -> LoopView:

@@ -101,6 +101,7 @@ class RoutedRunner(FinalAnswer):
         self._started: set[int] = set()  # seqs of calls whose first attempt began
         self._scope: trio.CancelScope | None = None
         self._unsynced = False  # records handed to the journal since its last commit was awaited
+        self._unsynced_receipt = False  # ... among them a receipt
 
     # -- the journal -----------------------------------------------------------------------------
 
@@ -302,20 +303,24 @@ class RoutedRunner(FinalAnswer):
                         observations=tuple(self.observations), budgets=self.ledger.left(), steer=tuple(self.steer),
                         outcomes=spec.outcomes)
 
-    def _handed(self, _record: Any) -> None:
+    def _handed(self, record: Any) -> None:
         self._unsynced = True
+        self._unsynced_receipt = self._unsynced_receipt or isinstance(record, Receipt)
 
     async def committed(self) -> None:
         """Wait until the journal holds every record handed to it so far (the model's answers
         and decisions included), if any was handed since the last wait. Awaited before an effect
-        those records describe (a call's start, an approval's request), never before a model
-        request: the journal commits in the order records were handed, so an answer the model
-        gives after seeing a result is never committed before that result's receipt."""
+        those records describe (a call's start, an approval's request), and before a model request
+        that follows a receipt (a resume then never runs again a call whose result the model was
+        told). A request after a turn with no receipt does not wait: the journal commits in the
+        order records were handed, so its answer is never committed before what came before it."""
         if self._unsynced:
-            self._unsynced = False
+            self._unsynced = self._unsynced_receipt = False
             await self.handle.synced()
 
     async def ask(self, role: str, messages: list[dict]) -> Any:
+        if self._unsynced_receipt:
+            await self.committed()
         profile = self.spec.profiles()[role]
         ledger = self.ledger
         if ledger.pauses:
