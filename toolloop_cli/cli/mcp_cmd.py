@@ -60,6 +60,7 @@ def serve(
             fail(f"--no-token is refused with --host {host}: without a token only loopback may be served", 2,
                  "drop --no-token (clients send the token), or serve on --host 127.0.0.1")
         sock = listen(host, port)
+        sock.listen(128)  # a client that connects before the server is up waits in the backlog
         token, generated = (None, False) if no_token else server_token(os.environ)
         guard = Guard(host, sock.getsockname()[1], token)
     with held_signals(_log) as _count:
