@@ -130,3 +130,85 @@ def test_a_tools_own_max_calls_holds_per_server_process(tmp_path):
     serve_in_process(reg, tmp_path / "state", scenario)
     assert [r.is_error for r in got] == [False, False, True]
     assert "max_calls (2)" in _text(got[2])
+
+
+async def _toolloop(*args: str):
+    import os
+    import sys
+
+    import trio
+
+    env = {**os.environ, "NO_COLOR": "1"}
+    return await trio.run_process([sys.executable, "-m", "toolloop_cli", *args], capture_stdout=True,
+                                  capture_stderr=True, check=False, env=env)
+
+
+def test_a_gated_call_waits_for_a_person_and_the_next_identical_call_runs_once_approved(tmp_path):
+    reg = write_registry(tmp_path)
+    state = tmp_path / "state"
+    got: dict = {}
+
+    async def scenario(session, runner):
+        run_id = runner.run.run_id
+        got["first"] = await session.call_tool("pay", {"amount": 500})
+        got["pending"] = pending(state)
+        got["other"] = await session.call_tool("echo", {})  # takes the next key; the request keeps its own
+        got["again"] = await session.call_tool("pay", {"amount": 500})  # not answered yet: still waiting
+        answered = await _toolloop("approve", "--state-dir", str(state), run_id, "0", "--approve", "--approver", "alice")
+        assert answered.returncode == 0, answered.stderr
+        got["approved"] = await session.call_tool("pay", {"amount": 500})
+        got["fresh"] = await session.call_tool("pay", {"amount": 500})  # the approval was used once
+
+    result = serve_in_process(reg, state, scenario, max_calls=3)
+    run_id = result.summary["run_id"]
+    first = _text(got["first"])
+    assert got["first"].is_error and first.startswith("approval required: tool 'pay' needs approval")
+    assert f"toolloop approve --state-dir {state} {run_id} 0 --approve" in first
+    [request] = got["pending"]
+    assert (request["run_id"], request["call_key"], request["tool"], request["effect"], request["args"]) == (
+        run_id, "0", "pay", "write", {"amount": 500})
+    assert not got["other"].is_error
+    assert got["again"].is_error and " 0 --approve" in _text(got["again"])
+    assert not got["approved"].is_error and got["approved"].structured_content == {"received": {"amount": 500}}
+    # --max-calls 3: the waiting call counted only when it ran, so the fresh one is filed (not refused)
+    assert got["fresh"].is_error and f"{run_id} 2 --approve" in _text(got["fresh"])
+    shown, _run = receipts(state, run_id)
+    by_key = {r["call_key"]: r for r in shown}
+    assert sorted(by_key) == ["0", "1"]  # a call still waiting has no receipt
+    assert by_key["0"]["status"] == "ok" and by_key["0"]["approval"]["decision"] == "approved"
+    assert by_key["0"]["approval"]["by"] == "alice"
+
+
+def test_a_rejected_call_gets_the_approvers_message(tmp_path):
+    reg = write_registry(tmp_path)
+    state = tmp_path / "state"
+    got: dict = {}
+
+    async def scenario(session, runner):
+        await session.call_tool("pay", {"amount": 900})
+        answered = await _toolloop("approve", "--state-dir", str(state), runner.run.run_id, "0", "--reject",
+                                   "--message", "not this month")
+        assert answered.returncode == 0, answered.stderr
+        got["denied"] = await session.call_tool("pay", {"amount": 900})
+
+    result = serve_in_process(reg, state, scenario)
+    assert got["denied"].is_error and _text(got["denied"]).startswith("denied: ")
+    assert "not this month" in _text(got["denied"])
+    shown, _run = receipts(state, result.summary["run_id"])
+    assert [(r["call_key"], r["status"], r["approval"]["decision"]) for r in shown] == [("0", "denied", "rejected")]
+
+
+@pytest.mark.parametrize("approve, status, decision", [("all", "ok", "approved"), ("none", "denied", "rejected")])
+def test_approve_all_runs_gated_calls_and_none_refuses_them(tmp_path, approve, status, decision):
+    reg = write_registry(tmp_path)
+    got: dict = {}
+
+    async def scenario(session, _runner):
+        got["call"] = await session.call_tool("pay", {"amount": 500})
+        got["ungated"] = await session.call_tool("pay", {"amount": 5})
+
+    result = serve_in_process(reg, tmp_path / "state", scenario, approve=approve)
+    assert got["call"].is_error is (status != "ok") and not got["ungated"].is_error
+    shown, _run = receipts(tmp_path / "state", result.summary["run_id"])
+    assert (shown[0]["status"], shown[0]["approval"]["decision"], shown[0]["approval"]["by"]) == (status, decision, "flag")
+    assert shown[1]["approval"] is None
