@@ -19,7 +19,7 @@ subagents:
     runner_defaults:
       tool_timeout_s: 10
       max_calls: 1
-      allowed_tools: [echo, text, pay, wipe, boom, login, nap, capped, marker]
+      allowed_tools: [echo, text, pay, wipe, boom, login, nap, capped, marker, printer, hold_write]
     tools:
       echo:
         callable: testapp.tools:echo
@@ -71,6 +71,17 @@ subagents:
         callable: testapp.tools:marker
         description: Writes a file.
         input_schema: {{type: object, additionalProperties: false, required: [path], properties: {{path: {{type: string}}}}}}
+        output_schema: {{}}
+      printer:
+        callable: testapp.tools:printer
+        description: Prints its text on standard output.
+        input_schema: {{type: object, required: [text], properties: {{text: {{type: string}}}}}}
+        output_schema: {{}}
+      hold_write:
+        callable: testapp.tools:log_run
+        description: Logs its key, then holds (a write).
+        effect: write
+        input_schema: {{type: object, required: [log, key], properties: {{log: {{type: string}}, key: {{type: string}}, seconds: {{type: number}}}}}}
         output_schema: {{}}
 """
 

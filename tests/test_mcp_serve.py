@@ -26,7 +26,8 @@ def test_tools_are_listed_with_schemas_and_annotations_from_the_contract(tmp_pat
             seen[tool.name] = tool.model_dump(by_alias=True, exclude_none=True)
 
     serve_in_process(reg, tmp_path / "state", scenario)
-    assert list(seen) == ["echo", "text", "pay", "wipe", "boom", "login", "nap", "capped", "marker"]
+    assert list(seen) == ["echo", "text", "pay", "wipe", "boom", "login", "nap", "capped", "marker", "printer",
+                          "hold_write"]
     echo = seen["echo"]
     assert echo["description"] == "Returns the arguments it got."
     assert echo["inputSchema"] == {"type": "object", "properties": {"n": {"type": "integer"}}}
@@ -212,3 +213,22 @@ def test_approve_all_runs_gated_calls_and_none_refuses_them(tmp_path, approve, s
     shown, _run = receipts(tmp_path / "state", result.summary["run_id"])
     assert (shown[0]["status"], shown[0]["approval"]["decision"], shown[0]["approval"]["by"]) == (status, decision, "flag")
     assert shown[1]["approval"] is None
+
+
+def test_a_stop_cancels_the_calls_in_flight_and_settles_them_before_the_summary(tmp_path):
+    import trio
+    import trio.testing
+
+    reg = write_registry(tmp_path)
+
+    async def scenario(session, runner):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session.call_tool, "nap", {"seconds": 60})
+            await trio.testing.wait_all_tasks_blocked()
+            assert runner.in_flight == 1
+            runner.run.state.interrupt()  # what SIGINT or SIGTERM does to the run
+
+    result = serve_in_process(reg, tmp_path / "state", scenario)
+    assert result.summary["status"] == "failed" and result.summary["counts"]["cancelled"] == 1
+    shown, _run = receipts(tmp_path / "state", result.summary["run_id"])
+    assert [(r["tool"], r["status"]) for r in shown] == [("nap", "cancelled")]
