@@ -232,3 +232,24 @@ def test_a_stop_cancels_the_calls_in_flight_and_settles_them_before_the_summary(
     assert result.summary["status"] == "failed" and result.summary["counts"]["cancelled"] == 1
     shown, _run = receipts(tmp_path / "state", result.summary["run_id"])
     assert [(r["tool"], r["status"]) for r in shown] == [("nap", "cancelled")]
+
+
+def test_a_servers_run_is_not_resumed_and_the_web_page_offers_no_resume(tmp_path, cli):
+    reg = write_registry(tmp_path)
+    state = tmp_path / "state"
+
+    async def scenario(session, _runner):
+        await session.call_tool("boom", {})
+
+    run_id = serve_in_process(reg, state, scenario).summary["run_id"]
+    resumed = cli("resume", run_id, "--state-dir", str(state))
+    assert resumed.returncode == 2 and b"run of an MCP server" in resumed.stderr, resumed.stderr
+    _shown, run = receipts(state, run_id)
+    assert run["status"] == "failed" and run["calls"] == 1  # its summary is left as it was
+    from toolloop_cli.serve.journal import Journal
+
+    journal = Journal(state, log=lambda _line: None)
+    try:
+        assert "run of an MCP server" in journal.resume_refusal(run_id)
+    finally:
+        journal.close()
