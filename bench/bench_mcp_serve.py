@@ -12,10 +12,17 @@ are driven by the SDK's own client (``ClientSession`` over ``stdio_client``) fro
              schemas, whose handler awaits the same function and answers its result as
              ``structuredContent`` and JSON text
 
-Per call is the client's wall time of ``tools/call`` round trips made one after another (after a
-warm-up), the median of --repeat rounds of --calls calls each, the two servers alternating round
-by round so drift on a busy machine hits them alike. Printed: milliseconds per call for each, the
-ratio toolloop / sdk, and the extra milliseconds per call toolloop adds.
+Calls are ``tools/call`` round trips made one after another (after a warm-up); each figure is the
+median of --repeat rounds of --calls calls each, the two servers alternating round by round so
+drift on a busy machine hits them alike. Two figures per side:
+
+  CPU per call    the server process's own CPU time (user + system, from /proc/PID/stat) over
+                  the timed calls, divided by their number: what serving a call costs, which
+                  load on a shared machine does not swell (the headline ratio)
+  wall per call   the client's wall time per round trip (the client's own work and the pipes
+                  included, so both sides carry the same fixed cost)
+
+Printed: each side's figures, the ratios toolloop / sdk, and the CPU toolloop adds per call.
 
 Usage: python bench/bench_mcp_serve.py [--calls 300] [--repeat 5] [--warmup 30] [--sync]
 """
@@ -105,11 +112,39 @@ async def _round(params, calls: int, warmup: int) -> float:
                 await session.initialize()
                 for _ in range(warmup):
                     await session.call_tool("noop", {})
-                t0 = time.perf_counter()
+                pid = _child_pid()
+                cpu0, t0 = _cpu_s(pid), time.perf_counter()
                 for _ in range(calls):
                     result = await session.call_tool("noop", {})
                     assert not result.is_error, result
-                return (time.perf_counter() - t0) / calls * 1000
+                wall, cpu = time.perf_counter() - t0, _cpu_s(pid) - cpu0
+                return cpu / calls * 1000, wall / calls * 1000
+
+
+def _child_pid() -> int:
+    """The server: the one child process of this process (the client starts it)."""
+    import os
+
+    mine = os.getpid()
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == mine:
+                children.append(int(entry))
+    assert len(children) == 1, f"expected one server process, found {children}"
+    return children[0]
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (every thread of it)."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -133,17 +168,22 @@ def main() -> None:
                 "-m", "toolloop_cli", "mcp", "serve", str(root / "reg.yml"), "--state-dir", str(root / "state")]),
             "sdk": StdioServerParameters(command=sys.executable, cwd=tmp, args=[str(root / "sdk_server.py"), tmp, fn]),
         }
-        per_call: dict[str, list[float]] = {name: [] for name in sides}
+        cpu: dict[str, list[float]] = {name: [] for name in sides}
+        wall: dict[str, list[float]] = {name: [] for name in sides}
         for _ in range(args.repeat):
             for name, params in sides.items():
-                per_call[name].append(trio.run(_round, params, args.calls, args.warmup))
-    tl, sdk = statistics.median(per_call["toolloop"]), statistics.median(per_call["sdk"])
+                c, w = trio.run(_round, params, args.calls, args.warmup)
+                cpu[name].append(c)
+                wall[name].append(w)
+    tl_cpu, sdk_cpu = statistics.median(cpu["toolloop"]), statistics.median(cpu["sdk"])
+    tl_wall, sdk_wall = statistics.median(wall["toolloop"]), statistics.median(wall["sdk"])
     kind = "sync (worker thread)" if args.sync else "async"
-    print(f"tools/call round trip, {kind} no-op tool, {args.calls} calls x {args.repeat} rounds (median)")
-    print(f"  toolloop mcp serve   {tl:8.3f} ms/call")
-    print(f"  SDK's own server     {sdk:8.3f} ms/call")
-    print(f"  ratio                {tl / sdk:8.2f} x")
-    print(f"  toolloop adds        {tl - sdk:8.3f} ms/call (schema and approval gates, receipt, journal)")
+    print(f"tools/call, {kind} no-op tool, {args.calls} calls x {args.repeat} rounds (medians)")
+    print(f"                       CPU ms/call   wall ms/call")
+    print(f"  toolloop mcp serve   {tl_cpu:11.3f}   {tl_wall:12.3f}")
+    print(f"  SDK's own server     {sdk_cpu:11.3f}   {sdk_wall:12.3f}")
+    print(f"  ratio toolloop/sdk   {tl_cpu / sdk_cpu:11.2f}   {tl_wall / sdk_wall:12.2f}")
+    print(f"  toolloop adds {tl_cpu - sdk_cpu:.3f} ms of CPU per call (schema and approval gates, receipt, journal)")
 
 
 if __name__ == "__main__":

@@ -253,3 +253,68 @@ def test_a_servers_run_is_not_resumed_and_the_web_page_offers_no_resume(tmp_path
         assert "run of an MCP server" in journal.resume_refusal(run_id)
     finally:
         journal.close()
+
+
+def test_the_web_inbox_answers_a_clients_gated_call_with_an_edit(tmp_path):
+    from toolloop_cli.serve.journal import Journal
+
+    reg = write_registry(tmp_path)
+    state = tmp_path / "state"
+    got: dict = {}
+
+    async def scenario(session, runner):
+        await session.call_tool("pay", {"amount": 500})
+        journal = Journal(state, log=lambda _line: None)
+        try:
+            got["inbox"] = journal.approvals()
+            journal.answer(runner.run.run_id, None, "0", {"decision": "approve", "args": {"amount": 150}}, "bob")
+        finally:
+            journal.close()
+        got["ran"] = await session.call_tool("pay", {"amount": 500})
+
+    result = serve_in_process(reg, state, scenario)
+    [request] = got["inbox"]
+    assert (request["tool"], request["call_key"], request["args"]) == ("pay", "0", {"amount": 500})
+    assert got["ran"].structured_content == {"received": {"amount": 150}}  # the approver's arguments
+    shown, _run = receipts(state, result.summary["run_id"])
+    assert [(r["call_key"], r["status"], r["approval"]["decision"], r["approval"]["by"]) for r in shown] == [
+        ("0", "ok", "edited", "bob")]
+
+
+@pytest.mark.parametrize("headers, refused", [
+    ({"host": "127.0.0.1:8766"}, None),
+    ({"host": "localhost:8766", "origin": "http://localhost:3000"}, None),
+    ({"host": "[::1]:8766"}, None),
+    ({"host": "evil.example:8766"}, 403),
+    ({}, 403),
+    ({"host": "127.0.0.1:8766", "origin": "http://evil.example"}, 403),
+    ({"host": "127.0.0.1:8766", "origin": "null"}, 403),
+])
+def test_on_loopback_host_and_origin_must_be_loopback_names(headers, refused):
+    from toolloop_cli.mcpserve.guard import Guard
+
+    got = Guard("127.0.0.1", 8766, None).refusal(headers)
+    assert (got[0] if got else None) == refused
+
+
+@pytest.mark.parametrize("headers, refused", [
+    ({"host": "10.1.2.3:8766", "authorization": "Bearer t0k"}, None),
+    ({"host": "10.1.2.3:8766", "origin": "http://10.1.2.3:8766", "authorization": "Bearer t0k"}, None),
+    ({"host": "10.1.2.3:8766", "origin": "http://10.1.2.3:9999", "authorization": "Bearer t0k"}, 403),
+    ({"host": "127.0.0.1:8766", "authorization": "Bearer t0k"}, 403),
+    ({"host": "10.1.2.3:8766"}, 401),
+    ({"host": "10.1.2.3:8766", "authorization": "Bearer nope"}, 401),
+])
+def test_off_loopback_host_must_name_the_host_and_origin_be_the_same_origin(headers, refused):
+    from toolloop_cli.mcpserve.guard import Guard
+
+    got = Guard("10.1.2.3", 8766, "t0k").refusal(headers)
+    assert (got[0] if got else None) == refused
+
+
+def test_the_server_token_is_the_chosen_one_or_a_new_one_each_start():
+    from toolloop_cli.mcpserve.guard import server_token
+
+    assert server_token({"TOOLLOOP_MCP_TOKEN": "chosen"}) == ("chosen", False)
+    first, generated = server_token({})
+    assert generated and len(first) >= 32 and server_token({})[0] != first
