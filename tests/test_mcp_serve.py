@@ -318,3 +318,26 @@ def test_the_server_token_is_the_chosen_one_or_a_new_one_each_start():
     assert server_token({"TOOLLOOP_MCP_TOKEN": "chosen"}) == ("chosen", False)
     first, generated = server_token({})
     assert generated and len(first) >= 32 and server_token({})[0] != first
+
+
+def test_a_call_the_client_cancels_gets_a_cancelled_receipt(tmp_path):
+    import trio
+    import trio.testing
+
+    reg = write_registry(tmp_path)
+
+    async def scenario(session, runner):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(session.call_tool, "nap", {"seconds": 60})
+            await trio.testing.wait_all_tasks_blocked()
+            assert runner.in_flight == 1
+            nursery.cancel_scope.cancel()  # the client gives up on the request
+        with trio.fail_after(30):
+            while runner.in_flight:
+                await trio.testing.wait_all_tasks_blocked()
+                await trio.sleep(0.01)
+
+    result = serve_in_process(reg, tmp_path / "state", scenario)
+    shown, _run = receipts(tmp_path / "state", result.summary["run_id"])
+    assert [(r["tool"], r["status"], r["error"]["message"]) for r in shown] == [
+        ("nap", "cancelled", "cancelled by the client (it cancelled the request or went away)")]

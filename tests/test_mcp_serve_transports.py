@@ -196,3 +196,14 @@ def test_toolloop_on_both_sides_receipts_on_each(tmp_path, cli):
     assert [(r["mode"], r["status"], r["calls"]) for r in served] == [("mcp", "ok", 1)]
     shown, _run = receipts(inner_state, served[0]["run_id"])
     assert [(r["tool"], r["args"], r["status"]) for r in shown] == [("echo", {"n": 5}, "ok")]
+
+
+def test_without_the_mcp_extra_the_server_exits_2_with_the_install_line(tmp_path, cli):
+    from test_extras import hide
+
+    reg = write_registry(tmp_path)
+    hidden = cli("mcp", "serve", str(reg), env=hide(tmp_path, "mcp"))
+    assert hidden.returncode == 2 and b"pip install 'toolloop-cli[mcp]'" in hidden.stderr
+    assert b"Traceback" not in hidden.stderr
+    http = cli("mcp", "serve", str(reg), "--transport", "http", env=hide(tmp_path, "hypercorn"))
+    assert http.returncode == 2 and b"hypercorn is not installed" in http.stderr

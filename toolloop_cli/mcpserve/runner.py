@@ -180,15 +180,18 @@ class McpServerRunner:
     async def _run(self, tool: Any, args: Any, seq: int, key: str, sha: str | None, approval: Any) -> Any:
         run = self.run
         receipt = None
-        with trio.CancelScope() as scope, run.cancelled_by_signals(scope):
-            receipt, _value, _envelope = await execute_call(run.ctx, tool, args, seq=seq, item_key=None,
-                                                            call_key=key, args_sha256=sha, approval=approval)
-        if receipt is None:  # cancelled by a signal: the server stops, the call gets its receipt
-            status = "interrupted" if tool.at_most_once else "cancelled"
-            receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=key, status=status,
-                                      message="interrupted by a signal: the server stopped", args_sha256=sha,
-                                      approval=approval)
-        run.settle(receipt)
+        try:
+            with trio.CancelScope() as scope, run.cancelled_by_signals(scope):
+                receipt, _value, _envelope = await execute_call(run.ctx, tool, args, seq=seq, item_key=None,
+                                                                call_key=key, args_sha256=sha, approval=approval)
+        finally:
+            if receipt is None:  # cut short: a signal stops the server, or the client cancelled or went away
+                why = ("interrupted by a signal: the server stopped" if run.interrupted
+                       else "cancelled by the client (it cancelled the request or went away)")
+                receipt = not_run_receipt(run.ctx, tool, args, seq=seq, item_key=None, call_key=key,
+                                          status="interrupted" if tool.at_most_once else "cancelled", message=why,
+                                          args_sha256=sha, approval=approval)
+            run.settle(receipt)
         return receipt
 
     def _not_run(self, tool: Any, args: Any, seq: int, status: str, message: str, approval: Any = None) -> Any:
