@@ -202,8 +202,8 @@ def test_without_the_mcp_extra_the_server_exits_2_with_the_install_line(tmp_path
     from test_extras import hide
 
     reg = write_registry(tmp_path)
-    hidden = cli("mcp", "serve", str(reg), env=hide(tmp_path, "mcp"))
+    hidden = cli("mcp", "serve", str(reg), env=hide(tmp_path / "a", "mcp"))
     assert hidden.returncode == 2 and b"pip install 'toolloop-cli[mcp]'" in hidden.stderr
     assert b"Traceback" not in hidden.stderr
-    http = cli("mcp", "serve", str(reg), "--transport", "http", env=hide(tmp_path, "hypercorn"))
+    http = cli("mcp", "serve", str(reg), "--transport", "http", env=hide(tmp_path / "b", "hypercorn"))
     assert http.returncode == 2 and b"hypercorn is not installed" in http.stderr
