@@ -207,3 +207,34 @@ def test_without_the_mcp_extra_the_server_exits_2_with_the_install_line(tmp_path
     assert b"Traceback" not in hidden.stderr
     http = cli("mcp", "serve", str(reg), "--transport", "http", env=hide(tmp_path / "b", "hypercorn"))
     assert http.returncode == 2 and b"hypercorn is not installed" in http.stderr
+
+
+def test_sigterm_stops_a_stdio_server_whose_client_keeps_standard_input_open(tmp_path):
+    reg = write_registry(tmp_path)
+    log = tmp_path / "log.txt"
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "mcp", "serve", str(reg), "--state-dir",
+                             str(tmp_path / "state")], cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        messages = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "hold_write", "arguments": {"log": str(log), "key": "k", "seconds": 60}}},
+        ]
+        proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
+        proc.stdin.flush()
+        assert json.loads(proc.stdout.readline())["id"] == 1
+        deadline = time.monotonic() + 60
+        while not log.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the call is running once its log line is written
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    err = proc.stderr.read().decode()
+    assert code == 0, err
+    shown, run = receipts(tmp_path / "state", _run_id(err))
+    assert [(r["tool"], r["status"]) for r in shown] == [("hold_write", "interrupted")]
+    assert run["status"] == "failed" and "stopped: run" in err
