@@ -179,7 +179,7 @@ def main() -> None:
     tl_wall, sdk_wall = statistics.median(wall["toolloop"]), statistics.median(wall["sdk"])
     kind = "sync (worker thread)" if args.sync else "async"
     print(f"tools/call, {kind} no-op tool, {args.calls} calls x {args.repeat} rounds (medians)")
-    print(f"                       CPU ms/call   wall ms/call")
+    print("                       CPU ms/call   wall ms/call")
     print(f"  toolloop mcp serve   {tl_cpu:11.3f}   {tl_wall:12.3f}")
     print(f"  SDK's own server     {sdk_cpu:11.3f}   {sdk_wall:12.3f}")
     print(f"  ratio toolloop/sdk   {tl_cpu / sdk_cpu:11.2f}   {tl_wall / sdk_wall:12.2f}")
