@@ -75,7 +75,7 @@ def serve(
         serving = serve_stdio if sock is None else functools.partial(serve_http, sock=sock, guard=guard)
         runner = McpServerRunner(prepared.plan, serving, max_calls=max_calls, approve_hint=hint)
         _log(f"run {prepared.run_id}: {len(runner.tools)} tool(s) of subagent '{prepared.plan.subagent.id}'")
-        if sock is not None:
+        if sock is not None and guard is not None:
             _log(f"serving MCP on {url_of(sock)}/mcp")
             if guard.token is None:
                 _log("no token (--no-token): any program on this machine may call")
@@ -97,7 +97,7 @@ def serve(
 class _Discard:
     """The run's records are in the journal (``runs show``); standard output is the protocol's."""
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict[str, object]) -> None:
         return None
 
     def flush(self) -> None:

@@ -98,7 +98,7 @@ class Guard:
     def wrap(self, app: Any) -> Any:
         """``app`` behind the checks (an ASGI app)."""
 
-        async def guarded(scope: dict, receive: Any, send: Any) -> None:
+        async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "http":
                 headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers") or ()}
                 refused = self.refusal(headers)

@@ -76,7 +76,7 @@ def receipt_result(receipt: Any) -> Any:
         message = (receipt.error or {}).get("message") or ""
         return error_result(f"{receipt.status}: {message}" if message else receipt.status)
     value = receipt.result
-    content = [types.TextContent(type="text", text=dumps_text(value))]
+    content: list[Any] = [types.TextContent(type="text", text=dumps_text(value))]
     if isinstance(value, dict):
         return types.CallToolResult(content=content, structured_content=value, is_error=False)
     return types.CallToolResult(content=content, is_error=False)
