@@ -6,8 +6,9 @@
 _toolloop_subcommands()
 {
     case "$1" in
-        "toolloop") echo "abort approvals approve call init lock replay resume run runs schema serve steer test tools validate" ;;
+        "toolloop") echo "abort approvals approve call init lock mcp replay resume run runs schema serve steer test tools validate" ;;
         "toolloop approvals") echo "list" ;;
+        "toolloop mcp") echo "serve" ;;
         "toolloop runs") echo "export list prune show verify" ;;
     esac
 }
@@ -24,6 +25,8 @@ _toolloop_options()
         "toolloop call") echo "--approve --args --format --help --no-cache --state-dir --timeout -f -h" ;;
         "toolloop init") echo "--help -h" ;;
         "toolloop lock") echo "--help -h" ;;
+        "toolloop mcp") echo "--help -h" ;;
+        "toolloop mcp serve") echo "--approve --help --host --max-calls --no-token --port --state-dir --subagent --timeout --transport -h" ;;
         "toolloop replay") echo "--execute-writes --format --from --help --offline --plan --state-dir -f -h" ;;
         "toolloop resume") echo "--accept-contract-change --approve --audit --executor --format --halt --help --lanes --order --raise --ray-address --retry-failed --retry-interrupted --state-dir -f -h" ;;
         "toolloop run") echo "--app-root --approve --audit --dry-run --executor --format --halt --help --label --lanes --max-concurrency --max-output-bytes --no-cache --no-progress --order --progress --ray-address --refresh-cache --registry --state-dir --stream --timeout -f -h -j" ;;
@@ -61,6 +64,14 @@ _toolloop_option_value()
         "toolloop call --state-dir") echo "@dir" ;;
         "toolloop call --timeout") echo "@text" ;;
         "toolloop call -f"|"toolloop call --format") echo "auto table jsonl json" ;;
+        "toolloop mcp serve --approve") echo "ask all none" ;;
+        "toolloop mcp serve --host") echo "@text" ;;
+        "toolloop mcp serve --max-calls") echo "@text" ;;
+        "toolloop mcp serve --port") echo "@text" ;;
+        "toolloop mcp serve --state-dir") echo "@dir" ;;
+        "toolloop mcp serve --subagent") echo "@text" ;;
+        "toolloop mcp serve --timeout") echo "@text" ;;
+        "toolloop mcp serve --transport") echo "stdio http" ;;
         "toolloop replay --from") echo "@text" ;;
         "toolloop replay --plan") echo "@file" ;;
         "toolloop replay --state-dir") echo "@dir" ;;
@@ -138,6 +149,7 @@ _toolloop_argument()
         "toolloop call 2") echo "@text" ;;
         "toolloop init 0") echo "@file" ;;
         "toolloop lock 0") echo "@file" ;;
+        "toolloop mcp serve 0") echo "@file" ;;
         "toolloop replay 0") echo "@run" ;;
         "toolloop resume 0") echo "@run" ;;
         "toolloop run 0") echo "@file" ;;

@@ -23,12 +23,17 @@ function __toolloop_command
         end
         switch "$path"
             case 'toolloop'
-                if contains -- $token abort approvals approve call init lock replay resume run runs schema serve steer test tools validate
+                if contains -- $token abort approvals approve call init lock mcp replay resume run runs schema serve steer test tools validate
                     set path "$path $token"
                     continue
                 end
             case 'toolloop approvals'
                 if contains -- $token list
+                    set path "$path $token"
+                    continue
+                end
+            case 'toolloop mcp'
+                if contains -- $token serve
                     set path "$path $token"
                     continue
                 end
@@ -82,6 +87,14 @@ set -g __toolloop_value_options \
     'toolloop call --state-dir' \
     'toolloop call --timeout' \
     'toolloop call -f' \
+    'toolloop mcp serve --approve' \
+    'toolloop mcp serve --host' \
+    'toolloop mcp serve --max-calls' \
+    'toolloop mcp serve --port' \
+    'toolloop mcp serve --state-dir' \
+    'toolloop mcp serve --subagent' \
+    'toolloop mcp serve --timeout' \
+    'toolloop mcp serve --transport' \
     'toolloop replay --format' \
     'toolloop replay --from' \
     'toolloop replay --plan' \
@@ -164,6 +177,7 @@ complete -c toolloop -n '__toolloop_using toolloop' -a approve -d 'Answer a call
 complete -c toolloop -n '__toolloop_using toolloop' -a call -d 'Run one ad-hoc call through every gate and print its receipt.'
 complete -c toolloop -n '__toolloop_using toolloop' -a init -d 'Write a small working App package, its registry and a sequential and a parallel plan.'
 complete -c toolloop -n '__toolloop_using toolloop' -a lock -d 'Write the registry\'s entry in toolloop.lock beside it: every tool\'s contract hash and each subagent\'s runner_defaults hash (other registries\' entries in the same lock are kept).'
+complete -c toolloop -n '__toolloop_using toolloop' -a mcp -d 'toolloop as an MCP server.'
 complete -c toolloop -n '__toolloop_using toolloop' -a replay -d 'Re-run a routed run from its recorded model answers and report what differs (exit 1), or fork it with --from N.'
 complete -c toolloop -n '__toolloop_using toolloop' -a resume -d 'Finish an interrupted run; print the full receipt set in order, then the summary.'
 complete -c toolloop -n '__toolloop_using toolloop' -a run -d 'Run a plan; print one receipt per call, in input order, then a summary.'
@@ -224,6 +238,23 @@ complete -c toolloop -n '__toolloop_using toolloop init' -F
 # toolloop lock
 complete -c toolloop -n '__toolloop_using toolloop lock' -s h -l help -d 'Show this message and exit.'
 complete -c toolloop -n '__toolloop_using toolloop lock' -F
+
+# toolloop mcp
+complete -c toolloop -n '__toolloop_using toolloop mcp' -a serve -d 'Offer a subagent\'s allowed tools to MCP clients; every call governed and journaled in one run.'
+complete -c toolloop -n '__toolloop_using toolloop mcp' -s h -l help -d 'Show this message and exit.'
+
+# toolloop mcp serve
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l approve -x -a 'ask all none' -d 'Approval gates: ask (pending for \'toolloop approve\' or the web inbox), all, or none.'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l host -x -d 'Address the http transport listens on (loopback unless you say otherwise).'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l max-calls -x -d 'Calls this server process runs at most.'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l no-token -d 'http on loopback only: no bearer token.'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l port -x -d 'Port of the http transport (0: any free one).'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l state-dir -r -F -d 'Folder of state.db.'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l subagent -x -d 'Subagent whose allowed tools are offered (needed when the registry has several).'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l timeout -x -d 'Timeout in seconds for tools that set none.'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -l transport -x -a 'stdio http' -d 'stdio (MCP on standard input and output) or http (Streamable HTTP at /mcp).'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -s h -l help -d 'Show this message and exit.'
+complete -c toolloop -n '__toolloop_using toolloop mcp serve' -F
 
 # toolloop replay
 complete -c toolloop -n '__toolloop_using toolloop replay' -l execute-writes -d 'Run write and destructive tools again too (in a fork: from turn N on).'

@@ -20,6 +20,7 @@ _toolloop() {
         'call:Run one ad-hoc call through every gate and print its receipt.'
         'init:Write a small working App package, its registry and a sequential and a parallel plan.'
         'lock:Write the registry'\''s entry in toolloop.lock beside it\: every tool'\''s contract hash and each subagent'\''s runner_defaults hash (other registries'\'' entries in the same lock are kept).'
+        'mcp:toolloop as an MCP server.'
         'replay:Re-run a routed run from its recorded model answers and report what differs (exit 1), or fork it with --from N.'
         'resume:Finish an interrupted run; print the full receipt set in order, then the summary.'
         'run:Run a plan; print one receipt per call, in input order, then a summary.'
@@ -50,6 +51,7 @@ _toolloop() {
                 call) _toolloop_call ;;
                 init) _toolloop_init ;;
                 lock) _toolloop_lock ;;
+                mcp) _toolloop_mcp ;;
                 replay) _toolloop_replay ;;
                 resume) _toolloop_resume ;;
                 run) _toolloop_run ;;
@@ -141,6 +143,44 @@ _toolloop_init() {
 
 _toolloop_lock() {
     _arguments \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1:registry:_files'
+}
+
+_toolloop_mcp() {
+    local curcontext="$curcontext" state line
+    typeset -A opt_args
+    local -a commands
+    commands=(
+        'serve:Offer a subagent'\''s allowed tools to MCP clients; every call governed and journaled in one run.'
+    )
+    _arguments -C \
+        '(-h --help)'{-h,--help}'[Show this message and exit.]' \
+        '1: :->command' \
+        '*:: :->args'
+    case $state in
+        command)
+            _describe -t commands 'toolloop mcp command' commands
+            ;;
+        args)
+            case $words[1] in
+                serve) _toolloop_mcp_serve ;;
+            esac
+            ;;
+    esac
+}
+
+_toolloop_mcp_serve() {
+    _arguments \
+        '--approve[Approval gates\: ask (pending for '\''toolloop approve'\'' or the web inbox), all, or none.]:approve:(ask all none)' \
+        '--host[Address the http transport listens on (loopback unless you say otherwise).]:host: ' \
+        '--max-calls[Calls this server process runs at most.]:max-calls: ' \
+        '--no-token[http on loopback only\: no bearer token.]' \
+        '--port[Port of the http transport (0\: any free one).]:port: ' \
+        '--state-dir[Folder of state.db.]:state-dir:_files -/' \
+        '--subagent[Subagent whose allowed tools are offered (needed when the registry has several).]:subagent: ' \
+        '--timeout[Timeout in seconds for tools that set none.]:timeout: ' \
+        '--transport[stdio (MCP on standard input and output) or http (Streamable HTTP at /mcp).]:transport:(stdio http)' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
         '1:registry:_files'
 }

@@ -21,6 +21,7 @@ SEAMS = {
     "toolloop_cli/engine/executors",
     "toolloop_cli/providers",
     "toolloop_cli/router",
+    "toolloop_cli/mcpserve",
 }
 
 

@@ -134,7 +134,7 @@ class SummaryRecord(_Record):
 
     type: Literal["summary"]
     run_id: Optional[str]
-    mode: Optional[Literal["sequential", "parallel", "routed"]]
+    mode: Optional[Literal["sequential", "parallel", "routed", "mcp"]]
     status: Literal[SUMMARY_STATUSES]  # type: ignore[valid-type]
     outcome: Optional[str]
     final: Any

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from . import approvals_cmds, complete_cmd, init_cmd, lint_cmds, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
+from . import approvals_cmds, complete_cmd, init_cmd, lint_cmds, mcp_cmd, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
 from . import test_cmd
 
 app = typer.Typer(
@@ -57,6 +57,7 @@ runs_cmds.runs_app.command("verify")(runs_cmds.verify)
 app.add_typer(runs_cmds.runs_app, name="runs")
 app.command()(serve_cmd.serve)
 app.command()(test_cmd.test)
+app.add_typer(mcp_cmd.mcp_app, name="mcp")
 app.command("__complete-run-ids", hidden=True)(complete_cmd.complete_run_ids)
 
 

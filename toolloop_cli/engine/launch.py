@@ -153,6 +153,16 @@ class Launch:
         self.run_id = new_run_id()
         return Prepared(admitted, options, run_id=self.run_id)
 
+    def mcp_server(self, registry: str | os.PathLike[str], subagent: str | None, options: RunOptions) -> Prepared:
+        """The run of an MCP server process (``toolloop mcp serve``, mode ``mcp``): the subagent's
+        allowed tools admitted, its run id chosen now; its calls arrive while it runs, started with
+        the server's runner (``start(..., runner=...)``). Raises ConfigError or UsageError."""
+        from .adhoc import server_plan
+
+        admitted = server_plan(registry, subagent, options.default_timeout_s)
+        self.run_id = new_run_id()
+        return Prepared(admitted, options, run_id=self.run_id)
+
     def resume(self, run_id: str, *, retry_failed: bool = False, retry_interrupted: bool = False,
                lanes: str | None = None, accept_contract_change: bool = False, halt: HaltPolicy | None = None,
                order: str | None = None, approve: str | None = None, executor: str | None = None,
@@ -282,15 +292,15 @@ class Launch:
         return Prepared(admitted, options, recording=recording)
 
     # --- running it ---------------------------------------------------------------------------
-    def start(self, prepared: Prepared, sink: Sink, **hooks: Any) -> RunResult:
+    def start(self, prepared: Prepared, sink: Sink, runner: Any = None, **hooks: Any) -> RunResult:
         """Run a prepared run to its end (or interruption), each record committed before ``sink``
         gets it, the summary last; ``hooks`` are the non-journaled ``RunOptions`` fields (progress,
-        the terminal prompt, notices, the audit sink, signal handling, the clock). The store is
-        closed when it returns."""
+        the terminal prompt, notices, the audit sink, signal handling, the clock). ``runner``
+        runs it instead of the plan's own (an MCP server's run). The store is closed when it returns."""
         options = replace(prepared.options, flush_output=sink.flush, **hooks)
         store = self.open()
         try:
             return execute_plan(prepared.plan, store, sink.write, options, run_id=prepared.run_id,
-                                resume=prepared.resume, replay=prepared.recording)
+                                resume=prepared.resume, replay=prepared.recording, runner=runner)
         finally:
             self.close()

@@ -253,6 +253,10 @@ class _Settler:
         return None
 
 
+MCP_RUN = ("run {run_id} is the run of an MCP server (toolloop mcp serve): its calls came from its clients, so"
+           " there is nothing to resume; start the server again for a new run")
+
+
 def prepare_resume(
     store: Store,
     run: dict,
@@ -270,6 +274,8 @@ def prepare_resume(
     contract or a rebuilt argument differs from the journal; nothing is written.
     """
     refuse_unless_it_holds(store, run, "resumed")
+    if run["mode"] == "mcp":  # its calls came from the server's clients: no plan to go on with
+        raise UsageError(MCP_RUN.format(run_id=run["run_id"]))
     if run["mode"] == "routed":
         return _prepare_routed(store, run, retry_failed=retry_failed, retry_interrupted=retry_interrupted,
                                owner=owner, accept_contract_change=accept_contract_change)

@@ -128,14 +128,15 @@ async def _watch_for_abort(run: RunHandle) -> None:
 
 
 def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions, *, run_id: str | None = None,
-                 resume: dict | None = None, replay: Any = None) -> RunResult:
+                 resume: dict | None = None, replay: Any = None, runner: Any = None) -> RunResult:
     """Run an admitted plan to its end (or interruption). Every receipt is committed to the
     journal before ``emit`` sees it; the summary is emitted last.
 
     ``store`` is a ``Store`` or anything with the same methods. ``resume`` (from
     ``prepare_resume``) carries the receipts already settled, the lease owner, and where
     ``completion_seq`` goes on. ``replay`` (from ``replay.prepare_replay``) runs a recorded routed
-    run again as this new run.
+    run again as this new run. ``runner`` runs the plan instead of its mode's runner (an MCP
+    server's run, whose calls arrive while it runs).
     """
     if replay is not None:  # a replay runs the tools again with the cache off: never a hit, never stored
         options = dataclasses.replace(options, no_cache=True, refresh_cache=False)
@@ -153,6 +154,8 @@ def execute_plan(plan: AdmittedPlan, store: Any, emit: Emit, options: RunOptions
         from .child_plans import install
 
         install(session, child_plans, child.get("max_depth") if child is not None else None)
+    if runner is not None:
+        return session.run(runner)
     if plan.mode == "routed":
         from .routed import RoutedRunner
 

@@ -187,10 +187,12 @@ class Journal:
         return self._nothing_left(self._run(run_id))
 
     def _nothing_left(self, run: dict) -> str | None:
-        from ..engine.resume import resume_action
+        from ..engine.resume import MCP_RUN, resume_action
         from ..runview import shown_status
 
         rid, status = run["run_id"], shown_status(run)
+        if run["mode"] == "mcp":
+            return MCP_RUN.format(run_id=rid)
         if status == "ok":
             return f"run {rid} finished ok; there is nothing left to run"
         if status != "failed":
