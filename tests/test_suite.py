@@ -92,6 +92,7 @@ def test_record_writes_the_fixture_from_a_live_run_then_the_case_replays_it(tmp_
     fixture = [json.loads(line) for line in (tmp_path / "fixtures" / "logs.jsonl").read_text().splitlines()]
     kinds = [r["type"] for r in fixture]
     assert kinds.count("model_answer") == 3 and "receipt" in kinds and kinds[-1] == "summary"
+    assert kinds[0] == "manifest" and fixture[0]["counts"] == {"records": len(kinds) - 4, "model_answers": 3}
     assert all(isinstance(a["request"], str) and "Find x." in a["request"] for a in fixture
                if a["type"] == "model_answer" and a["role"] == "router")
     tests, summary = run([path], settings(tmp_path))

@@ -132,14 +132,14 @@ def record_fixture(case: Case, settings: CaseSettings) -> tuple[CaseRun, Fixture
     if live.run_id is None or case.fixture_path is None:
         return live, None
     from ..engine.launch import Launch
-    from ..engine.replay import recorded_records
+    from ..engine.replay import export_records
     from .fixture import load_fixture
 
     launch = Launch(settings.state_dir)
     try:
         store = launch.open(create=False)
         run = store.get_run(live.run_id)
-        lines = list(store.model_answers_of(live.run_id)) + recorded_records(store, run)
+        lines = export_records(store, run)  # as `runs export` writes it, manifest first
     finally:
         launch.close()
     _write_lines(case.fixture_path, lines)
