@@ -52,7 +52,7 @@ class NoSandbox(_Record):
 
 
 class TaintRecord(_Record):
-    """What tainted a routed run: the first untrusted receipt its model was shown (SPEC 6.9)."""
+    """What tainted a routed run: the first untrusted receipt its model was shown."""
 
     tool: str
     iteration: int = Field(ge=0)

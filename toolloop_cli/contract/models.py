@@ -63,7 +63,7 @@ class McpDecl(Closed):
 
 
 class SandboxDecl(Closed):
-    """How a tool with ``isolation: sandbox`` is confined (SPEC 5.11)."""
+    """How a tool with ``isolation: sandbox`` is confined."""
 
     network: Literal["none", "host"] = "none"
     writable: list[StrictStr] = []  # folders relative to app_root, which must exist
