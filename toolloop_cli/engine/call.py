@@ -21,7 +21,7 @@ from .context import RunContext
 from .executors import Executor, WorkerLost
 from .executors.thread import HeldSlot
 from .frames import CURRENT, CallFrame
-from .identity import CallIdentity, idempotency_key, reset_current, set_current
+from .identity import reset_current, set_pending
 from .redact import Scrubber, scrub
 from .singleflight import cached_or_lead
 
@@ -169,9 +169,8 @@ class _Attempts:
         if ctx.services.audit is not None:
             ctx.emit_audit("started", **self.meta, attempt=self.count)
         w = self.where
-        token = set_current(CallIdentity(ctx.config.run_id, w.seq, w.item_key, w.call_key, self.count,
-                                         ctx.config.labels, idempotency_key(ctx.config.run_id, w.seq),
-                                         self.meta.get("receipt_id") or w.receipt_id))
+        token = set_pending(ctx.config.run_id, w.seq, w.item_key, w.call_key, self.count, ctx.config.labels,
+                            self.meta.get("receipt_id") or w.receipt_id)
         try:
             if self.frame is not None:
                 return await _attempt_with_children(ctx, tool, self.executor, self.args, self.timeout, slot, self.frame)

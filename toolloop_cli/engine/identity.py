@@ -32,16 +32,29 @@ class CallIdentity:
     receipt_id: str | None = None  # the id the call's receipt will carry
 
 
-_CURRENT: contextvars.ContextVar[CallIdentity | None] = contextvars.ContextVar("toolloop_call_identity", default=None)
+#: the running call's identity, or the fields it is made of (``set_pending``): the engine sets it for
+#: every attempt of every call, and few callables ask for it, so the key's hash and the object are
+#: made only when asked for (``current_identity``)
+_CURRENT: contextvars.ContextVar[CallIdentity | tuple | None] = contextvars.ContextVar(
+    "toolloop_call_identity", default=None)
 
 
 def idempotency_key(run_id: str, seq: int) -> str:
     return "tl-" + hashlib.sha256(f"{run_id}/{seq}".encode()).hexdigest()[:32]
 
 
+def current_identity() -> CallIdentity | None:
+    """The identity of the call running this code, None outside a call."""
+    ident = _CURRENT.get()
+    if type(ident) is tuple:
+        run_id, seq, item_key, call_key, attempt, labels, receipt_id = ident
+        return CallIdentity(run_id, seq, item_key, call_key, attempt, labels, idempotency_key(run_id, seq), receipt_id)
+    return ident  # type: ignore[return-value]
+
+
 def current_call() -> CallIdentity:
     """The identity of the call running this code; ``LookupError`` outside a call."""
-    ident = _CURRENT.get()
+    ident = current_identity()
     if ident is None:
         raise LookupError("current_call() works inside a callable that toolloop is running")
     return ident
@@ -49,6 +62,12 @@ def current_call() -> CallIdentity:
 
 def set_current(ident: CallIdentity | None) -> contextvars.Token:
     return _CURRENT.set(ident)
+
+
+def set_pending(run_id: str, seq: int, item_key: str | None, call_key: str | None, attempt: int,
+                labels: Mapping[str, str], receipt_id: str | None) -> contextvars.Token:
+    """``set_current`` of the identity these fields make, made only if the callable asks for it."""
+    return _CURRENT.set((run_id, seq, item_key, call_key, attempt, labels, receipt_id))
 
 
 def reset_current(token: contextvars.Token) -> None:

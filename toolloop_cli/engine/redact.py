@@ -12,7 +12,6 @@ import json
 from typing import Any, Callable, Iterable
 
 from .._secrets import REDACTED, Scrubber, scrub
-from ..router.decisions import Decision, parse_decision
 
 __all__ = ["REDACTED", "Redactor", "RunSecrets", "Scrubber", "scrub", "scrub_record"]
 
@@ -207,6 +206,8 @@ def without_proposed_secrets(text: str, tool_of: Callable[[str | None], Any], re
                              secrets: RunSecrets) -> str:
     """A router's answer as the journal keeps it: the values it proposes for a tool's redacted
     fields replaced where they stand, and added to the run's ``secrets`` (the model may repeat them)."""
+    from ..router.decisions import Decision, parse_decision  # routed runs only: kept out of other starts
+
     decision = parse_decision(text)
     if not isinstance(decision, Decision) or decision.action != "call" or decision.args is None:
         return text

@@ -102,9 +102,9 @@ async def _call_tool(server: Server, name: str, args: dict[str, Any], timeout_s:
 def _meta() -> Any:
     """The request's ``_meta``: the call's idempotency key as ``toolloop/idempotency_key``, so an
     MCP server can refuse to apply a write twice (the same key on every attempt and resume)."""
-    from ..identity import _CURRENT
+    from ..identity import current_identity
 
-    ident = _CURRENT.get()
+    ident = current_identity()
     if ident is None:
         return None
     return {"toolloop/idempotency_key": ident.idempotency_key}

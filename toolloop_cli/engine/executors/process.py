@@ -39,9 +39,9 @@ class ProcessExecutor(Executor):
         pool, worker, failure = prepared
         if failure is not None:  # the import failed: the call's failure, reported inside its deadline
             raise failure
-        from ..identity import _CURRENT
+        from ..identity import current_identity
 
-        ident = _CURRENT.get()  # current_call() in the worker: the call's identity goes with it
+        ident = current_identity()  # current_call() in the worker: the call's identity goes with it
         shipped = None if ident is None else (ident.run_id, ident.seq, ident.item_key, ident.call_key, ident.attempt,
                                                dict(ident.labels), ident.idempotency_key, ident.receipt_id)
         return await pool.call(worker, tool.ref, args, self.cap, shipped)
