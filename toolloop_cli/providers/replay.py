@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from .base import ModelReply, ModelRequest, Profile, ProfileAdmission, ProviderError, ProviderKind, resolved
 
@@ -64,8 +64,9 @@ def answer_from_record(record: dict[str, Any]) -> RecordedAnswer:
                           record.get("truncated") is True)
 
 
-def read_fixture(path: str | os.PathLike[str]) -> tuple[RecordedAnswer, ...]:
-    """The answers of a fixture file, in file order; ``FixtureError`` names the line at fault."""
+def fixture_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each record of a fixture file with its 1-based line (blank lines skipped);
+    ``FixtureError`` names the file, or the line, at fault."""
     import orjson
 
     name = os.fspath(path)
@@ -78,7 +79,6 @@ def read_fixture(path: str | os.PathLike[str]) -> tuple[RecordedAnswer, ...]:
         raise FixtureError(name, 0, "fixture path is a folder, not a file") from None
     except OSError as exc:
         raise FixtureError(name, 0, f"fixture file cannot be read ({exc.strerror or type(exc).__name__})") from None
-    answers = []
     for i, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -88,15 +88,25 @@ def read_fixture(path: str | os.PathLike[str]) -> tuple[RecordedAnswer, ...]:
             raise FixtureError(name, i, f"line is not JSON ({exc})") from None
         if not isinstance(record, dict):
             raise FixtureError(name, i, "line is not a JSON object")
-        if record.get("type") != "model_answer":
-            continue
-        try:
-            answers.append(answer_from_record(record))
-        except ValueError as exc:
-            raise FixtureError(name, i, f"model_answer record: {exc}") from None
+        yield i, record
+
+
+def checked_answer(name: str, line: int, record: dict[str, Any]) -> RecordedAnswer:
+    """A fixture line's ``model_answer`` record, checked; ``FixtureError`` names the line."""
+    try:
+        return answer_from_record(record)
+    except ValueError as exc:
+        raise FixtureError(name, line, f"model_answer record: {exc}") from None
+
+
+def read_fixture(path: str | os.PathLike[str]) -> tuple[RecordedAnswer, ...]:
+    """The answers of a fixture file, in file order; ``FixtureError`` names the line at fault."""
+    name = os.fspath(path)
+    answers = tuple(checked_answer(name, i, record) for i, record in fixture_records(name)
+                    if record.get("type") == "model_answer")
     if not answers:
         raise FixtureError(name, 0, "fixture holds no model_answer records")
-    return tuple(answers)
+    return answers
 
 
 class ReplayAnswers:
