@@ -1,7 +1,7 @@
 """A damaged journal: a state database with a table dropped or renamed, a damaged page, a JSON
 column that does not parse, a schema version it was not written with, a file cut short or
 replaced. Every command that reads the journal must either work or say what is wrong with the
-file (exit 2), never fail with an internal error (exit 70) or hang (SPEC 7, 8).
+file (exit 2), never fail with an internal error (exit 70) or hang.
 
 The base journal holds what the commands read: a sequential run with labels, a run paused for
 approval, and a routed run (a replay fixture as the model). Each case copies it, damages the

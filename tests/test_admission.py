@@ -1,4 +1,4 @@
-"""Whole-plan admission (SPEC 4): every problem at once, with plan lines; nothing runs."""
+"""Whole-plan admission: every problem at once, with plan lines; nothing runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The cache (SPEC 5.5): keyed by the tool's contract hash and the canonical arguments; only ok,
+"""The cache: keyed by the tool's contract hash and the canonical arguments; only ok,
 schema-valid results are stored; --no-cache and --refresh-cache; identical calls in flight at
 once run once (single flight)."""
 

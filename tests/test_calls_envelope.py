@@ -1,4 +1,4 @@
-"""The control envelope (SPEC 5.7): readings in receipts, a lane stopped by a producer's stop
+"""The control envelope: readings in receipts, a lane stopped by a producer's stop
 status, unknown statuses as invalid_output, lane payload projection and handoff."""
 
 from __future__ import annotations

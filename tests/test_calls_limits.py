@@ -1,4 +1,4 @@
-"""Source limits (SPEC 2 ``concurrency``): hard caps per tool across every lane of the run,
+"""Source limits (``concurrency``): hard caps per tool across every lane of the run,
 whatever --max-concurrency says."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Retries (SPEC 5.4): bounded attempts, exponential backoff with jitter, capped; only the
+"""Retries: bounded attempts, exponential backoff with jitter, capped; only the
 outcomes a tool's policy names are retried; schema failures never. Randomised over policies and
 failure counts, under trio's mock clock: no wall time."""
 

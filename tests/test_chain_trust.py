@@ -1,4 +1,4 @@
-"""What the hash chain protects (SPEC 7): approval requests and answers and operator controls are
+"""What the hash chain protects: approval requests and answers and operator controls are
 links of the run's chain; ``resume`` and ``replay`` refuse a run whose chain does not hold, so an
 approval edited in the database is never acted on; a running run ignores an answer or a control
 whose link does not hold; ``runs verify --expect`` compares the chain with a head kept elsewhere.

@@ -1,4 +1,4 @@
-"""Crash safety (SPEC 7): a run SIGKILLed at random moments loses no committed receipt, never
+"""Crash safety: a run SIGKILLed at random moments loses no committed receipt, never
 runs a call with a committed ok receipt again, and once resumed ends with the same receipts as
 a run that was never interrupted. A WAL torn at any byte loses no commit before the tear and
 shows no commit after it."""

@@ -1,4 +1,4 @@
-"""The production router (SPEC 5.6): ``toolloop_cli.dispatch(tool, args)`` from inside a running
+"""The production router: ``toolloop_cli.dispatch(tool, args)`` from inside a running
 callable (sync, trio, asyncio), through every gate, with its own receipt after the parent's."""
 
 from __future__ import annotations

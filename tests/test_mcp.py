@@ -1,4 +1,4 @@
-"""MCP tools (SPEC 5.8) against a real MCP server from PyPI (mcp-server-time), over stdio."""
+"""MCP tools against a real MCP server from PyPI (mcp-server-time), over stdio."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MCP servers over HTTP authenticated with OAuth client credentials (SPEC 5.8 ``auth``), against
+"""MCP servers over HTTP authenticated with OAuth client credentials (``auth``), against
 tests/mcp_oauth_server.py on 127.0.0.1: the mcp SDK's own server, taking only the tokens its
 authorization server (same port) issued. The token endpoint discovered from the server's 401 (or
 its well-known document) or given; asked with HTTP Basic; kept in the state folder (owner only)

@@ -1,4 +1,4 @@
-"""MCP tools over Streamable HTTP (SPEC 5.8) against the mcp SDK's own server on 127.0.0.1
+"""MCP tools over Streamable HTTP against the mcp SDK's own server on 127.0.0.1
 (tests/mcp_http_server.py): a required header from the environment, sent and hidden everywhere;
 a per-request timeout; annotations trusted only when the registry says so; schema hashes in
 toolloop.lock, and a server whose schemas changed refused by run and validate."""

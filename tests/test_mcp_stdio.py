@@ -1,4 +1,4 @@
-"""MCP servers over stdio as third parties (SPEC 5.8) against a real stdio server
+"""MCP servers over stdio as third parties against a real stdio server
 (tests/mcp_stdio_server.py): a server that writes noise on its standard output, a server that
 starts slowly, one start per run, and the environment a server gets (the SDK's safe default, the
 registry's ``env`` and ``pass_env``, nothing else), its handed-through values hidden everywhere."""

@@ -2,7 +2,7 @@
 thousand levels deep, arguments nesting past what any call may take, text with a lone surrogate
 in a value, a key, a reason or a tool name. Each is a ``malformed`` rejection, a repair and then
 ``parse_error``, or a judge error; never an internal error, and the journal stays readable
-(SPEC 6.2, 6.3). Real HTTP on 127.0.0.1, the real command."""
+(the model's replies are untrusted input). Real HTTP on 127.0.0.1, the real command."""
 
 from __future__ import annotations
 

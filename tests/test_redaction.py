@@ -1,4 +1,4 @@
-"""Redaction canaries (SPEC 5.9): a secret given to tools with ``redact`` pointers or
+"""Redaction canaries: a secret given to tools with ``redact`` pointers or
 ``writeOnly`` properties reaches the callable, and no byte the command writes holds it:
 standard output and error, the state store (and its write-ahead log), the audit file, the
 evidence hook's records, error messages and tracebacks — whatever the tool does with it."""

@@ -1,5 +1,5 @@
 """toolloop resume: ok calls never run again, failed and interrupted calls only on request,
-at-most-once writes, the same contract, one resumer at a time (SPEC 7)."""
+at-most-once writes, the same contract, one resumer at a time."""
 
 from __future__ import annotations
 

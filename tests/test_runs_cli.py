@@ -1,4 +1,4 @@
-"""toolloop runs list / runs show: the journal read back (SPEC 7, 8)."""
+"""toolloop runs list / runs show: the journal read back."""
 
 from __future__ import annotations
 

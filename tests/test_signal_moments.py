@@ -4,7 +4,7 @@ once a receipt is committed (a thread of the call waits for the journal, then si
 after the run, while its summary is being written (standard output full, the test signals when
 the journal says the run ended). Whatever the moment: every committed receipt and the summary
 are printed, as one complete document, with no traceback; the exit code is the summary's (130
-when the signal came before the run ended); and resume finishes the run (SPEC 7, 8).
+when the signal came before the run ended); and resume finishes the run.
 
 Each moment is reached by an event (an import, a call, a commit, the journal's run status), not
 by a delay."""

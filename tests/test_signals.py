@@ -1,5 +1,5 @@
 """SIGINT and SIGTERM: calls in flight are cancelled, the journal stays intact, exit 130, no
-traceback; a second signal forces the exit; resume finishes the run (SPEC 7, 8)."""
+traceback; a second signal forces the exit; resume finishes the run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A damaged state database (SPEC 7): a table dropped or renamed, a column gone, a malformed page, a
+"""A damaged state database: a table dropped or renamed, a column gone, a malformed page, a
 JSON column that does not parse, a value of the wrong kind, a schema version no toolloop writes.
 Every command that reads the journal says so on one line naming the file (and the run and the
 record where it can) and exits 2, never 70; one journal built by real runs, damaged by hand."""

@@ -1,5 +1,5 @@
 """The state store: where it lives, WAL, schema versions and migrations, leases, and the rule
-that a receipt is committed before it is written out (SPEC 7)."""
+that a receipt is committed before it is written out."""
 
 from __future__ import annotations
 

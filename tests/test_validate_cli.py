@@ -1,6 +1,6 @@
 """``toolloop validate`` (and its neighbours lock, schema, tools) end to end, as a user runs them:
 a subprocess in a temporary folder, no colour, checking exit codes and the exact bytes of each
-output format (SPEC 8)."""
+output format."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Timeouts in the three worker kinds (SPEC 5.3): trio tasks are cancelled, threads are
+"""Timeouts in the three worker kinds: trio tasks are cancelled, threads are
 abandoned (and never waited for), worker processes are killed (TERM, grace, KILL) and reaped;
 coroutines written for asyncio run on an asyncio loop."""
 

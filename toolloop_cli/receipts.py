@@ -1,4 +1,4 @@
-"""The Receipt record and its statuses (plain data, SPEC 9)."""
+"""The Receipt record and its statuses (plain data)."""
 
 from __future__ import annotations
 
@@ -59,13 +59,13 @@ class Receipt:
     duration_ms: float
     approval: dict | None = None  # a gated call's answer: {decision, by, at, args_sha256}
     child_run_id: str | None = None  # the child run of a plan tool
-    #: None for a tool that did not ask for a sandbox, else the sandbox its calls get (SPEC 5.11)
+    #: None for a tool that did not ask for a sandbox, else the sandbox its calls get
     isolation: dict | None = None
-    #: the run's ``tainted_by`` on a write or destructive call proposed after untrusted content (SPEC 6.9)
+    #: the run's ``tainted_by`` on a write or destructive call proposed after untrusted content
     taint: dict | None = None
 
     def as_record(self) -> dict:
-        """The JSON Lines record: every SPEC 9 key, in SPEC order."""
+        """The JSON Lines record: every receipt key, in its documented order."""
         return {
             "type": "receipt",
             "run_id": self.run_id,

@@ -1,4 +1,4 @@
-"""Approval prompts on a terminal (SPEC 6.4): the exact arguments, then approve, edit
+"""Approval prompts on a terminal: the exact arguments, then approve, edit
 (re-validated against the input schema) or reject with a message. One prompt at a time."""
 
 from __future__ import annotations

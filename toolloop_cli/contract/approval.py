@@ -1,4 +1,4 @@
-"""Approval gates: CEL expressions over ``args`` and ``effect`` (SPEC 6.4)."""
+"""Approval gates: CEL expressions over ``args`` and ``effect``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Control envelopes (SPEC 5.7): compiled with the registry, applied to results.
+"""Control envelopes: compiled with the registry, applied to results.
 
 The envelope reads a producer-owned result only through the field names the registry maps;
 nothing here knows any field by name.

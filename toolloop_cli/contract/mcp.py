@@ -1,4 +1,4 @@
-"""MCP tools (SPEC 5.8): what a server offers, read once at admission.
+"""MCP tools: what a server offers, read once at admission.
 
 A server is reached over stdio (``command``) or Streamable HTTP (``url``, with headers whose
 values come from the environment variables ``headers_env`` names; those values are secrets, hidden

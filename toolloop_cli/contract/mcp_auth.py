@@ -1,4 +1,4 @@
-"""OAuth client credentials for an MCP server over HTTP (SPEC 5.8): the ``httpx2.Auth`` that the
+"""OAuth client credentials for an MCP server over HTTP: the ``httpx2.Auth`` that the
 MCP client of a server declared with ``auth: {client_credentials: ...}`` sends its requests through.
 
 Before a request, a token that has not expired (in memory, or kept in the state folder:

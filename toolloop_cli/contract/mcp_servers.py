@@ -1,4 +1,4 @@
-"""The MCP servers of this process (SPEC 5.8): started once, listed before admission, called by runs.
+"""The MCP servers of this process: started once, listed before admission, called by runs.
 
 Listing the servers a plan needs is a step of its own, run before admission by whoever owns the
 event loop (``contract.mcp.discovered`` for a caller with none, ``discovered_async`` from a trio

@@ -1,4 +1,4 @@
-"""Where OAuth client-credential tokens for MCP servers are kept (SPEC 5.8), and which are known.
+"""Where OAuth client-credential tokens for MCP servers are kept, and which are known.
 
 A token is kept in the state folder, in ``mcp-tokens.json`` (readable and writable by its owner
 only, replaced whole so a reader never sees half a file), keyed by the token URL and the client

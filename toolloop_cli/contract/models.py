@@ -1,4 +1,4 @@
-"""Declaration types for the registry file (SPEC 2). Every mapping is closed."""
+"""Declaration types for the registry file. Every mapping is closed."""
 
 from __future__ import annotations
 

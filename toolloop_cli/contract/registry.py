@@ -186,7 +186,7 @@ def _report_missing(missing: dict[str, list], col: Collector) -> None:
 
 def _mcp_tools(tid: str, tdecl: ToolDecl, spec: ToolSpec | None) -> dict[str, ToolSpec | None]:
     """The tools a declaration gives: itself, or for an MCP server whose ``allow`` lists several
-    names, one tool ``<id>.<name>`` each (SPEC 5.8)."""
+    names, one tool ``<id>.<name>`` each."""
     if tdecl.mcp is None or tdecl.callable is not None:
         return {tid: spec}
     allow = tdecl.mcp.allow

@@ -1,4 +1,4 @@
-"""Approval gates answered by a person through the journal (SPEC 6.4): a gated call without an
+"""Approval gates answered by a person through the journal: a gated call without an
 answer pauses its lane and the run (exit 4); ``toolloop approve`` answers it; ``resume`` runs it
 with the approved arguments, once, or gives it a ``denied`` receipt."""
 

@@ -154,7 +154,7 @@ class RunContext:
         self.sequence = Sequencer()
         self.ledger = CallLedger()
         self.children = Children()
-        #: some tool of the contract may dispatch (SPEC 5.6)
+        #: some tool of the contract may dispatch
         self.dispatching = any(t.dispatch for s in contract.subagents.values() for t in s.tools.values())
         self._redactors: dict[tuple[str, str], Redactor] = {}
 

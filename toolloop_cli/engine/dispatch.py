@@ -1,4 +1,4 @@
-"""The production router (SPEC 5.6): ``dispatch(tool, args)`` from inside a running callable.
+"""The production router: ``dispatch(tool, args)`` from inside a running callable.
 
 The engine marks the running call in a context variable (``CURRENT``) for tools that declare
 ``dispatch``; every worker a callable can run in sees it (the trio task, a worker thread, the

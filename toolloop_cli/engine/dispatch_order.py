@@ -1,4 +1,4 @@
-"""Where a dispatched call's receipt (SPEC 5.6) stands among a run's receipts: right after its
+"""Where a dispatched call's receipt stands among a run's receipts: right after its
 parent's, with the calls it dispatched in turn after it (depth first), siblings in the order they
 finished. The one statement of that order, read by settlement (receipts as they settle), resume
 (kept receipts printed again) and ``runs show`` (the journal read back)."""

@@ -1,4 +1,4 @@
-"""Running a dispatched call (SPEC 5.6) on the engine's trio loop: from the calling task, a
+"""Running a dispatched call on the engine's trio loop: from the calling task, a
 worker thread or the asyncio loop thread, through the same gates as every call, with its own
 receipt recorded after its parent's (``settle.Children``)."""
 

@@ -1,4 +1,4 @@
-"""The running call that may dispatch (SPEC 5.6): what a child call needs to know about its
+"""The running call that may dispatch: what a child call needs to know about its
 parent, and the context variable through which ``dispatch()`` finds it in every worker a callable
 can run in (the trio task, a worker thread, the asyncio loop thread)."""
 

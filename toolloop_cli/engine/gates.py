@@ -185,7 +185,7 @@ def tell_waiting(ctx: RunContext, tool: ToolSpec, args: Any, item_key: str | Non
 
 
 def _answered(decision: str, by: str, args: Any) -> dict[str, Any]:
-    """A gated call's ``approval`` as its receipt shows it (SPEC: decision, by, at, args_sha256)."""
+    """A gated call's ``approval`` as its receipt shows it (decision, by, at, args_sha256)."""
     return {"decision": decision, "by": by, "at": rfc3339(time.time()), "args_sha256": sha256_of(args)}
 
 

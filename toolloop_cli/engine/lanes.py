@@ -188,7 +188,7 @@ async def run_lanes(
                                                                        children=ctx.children)
     settlement.listeners.append(state.note)
     settlement.expect(source.order)
-    # dispatched calls (SPEC 5.6) are numbered after the plan's and emitted right after their parent
+    # dispatched calls are numbered after the plan's and emitted right after their parent
     ctx.sequence.plan_calls(source.plan_calls)
     for r in sorted(prior, key=lambda r: r.seq):
         settlement.keep(r)

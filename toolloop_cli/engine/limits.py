@@ -1,4 +1,4 @@
-"""Source limits (SPEC 2 ``concurrency``): hard caps per tool across the whole run."""
+"""Source limits (``concurrency``): hard caps per tool across the whole run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Worker processes for ``isolation: process`` (SPEC 5.3).
+"""Worker processes for ``isolation: process``.
 
 Each worker is ``python -m toolloop_cli.engine.procpool``, in a process group of its own: it
 reads requests and writes replies as length-prefixed pickles on its standard input and output

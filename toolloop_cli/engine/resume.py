@@ -1,4 +1,4 @@
-"""Rebuilding a run from the journal so ``resume`` can finish it (SPEC 7).
+"""Rebuilding a run from the journal so ``resume`` can finish it.
 
 What each call gets on resume, lane by lane and in order, is the table in ``rerun.py``
 (shared with the routed runner); ``skipped`` runs again unless an earlier call of its lane still
@@ -378,7 +378,7 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
 
 
 def _kept_children(receipts: dict[int, dict], plan_seqs: set[int], kept: set[int]) -> list[tuple[int, Receipt]]:
-    """Receipts of calls dispatched (SPEC 5.6) by kept receipts, in printed order
+    """Receipts of calls dispatched by kept receipts, in printed order
     (``dispatch_order``): ``(parent seq, receipt)``. They are printed again after their parent."""
     by_parent, _loose = dispatched_by_parent(receipts.values(), lambda r: r["seq"] in plan_seqs)
     return [(parent, Receipt.from_record(child)) for seq in sorted(kept)

@@ -39,7 +39,7 @@ def _seq(receipt: Receipt) -> int:
 
 
 class Children:
-    """Receipts of dispatched calls (SPEC 5.6) waiting to be emitted right after their parent's."""
+    """Receipts of dispatched calls waiting to be emitted right after their parent's."""
 
     __slots__ = ("_by_parent",)
 

@@ -1,5 +1,5 @@
 """Single flight for cacheable calls: identical calls in flight at the same time in one run
-execute once; the others wait for it and read its result from the cache (SPEC 5.5).
+execute once; the others wait for it and read its result from the cache.
 
 The first call with a cache key becomes the leader and executes; a call arriving while the
 leader runs waits for it, then reads the cache. If the leader stored nothing (it failed, or its

@@ -1,5 +1,5 @@
 """Lanes read from a stream (``--lanes``) go to the journal as they are admitted and are read
-back a page at a time when they run, so memory stays bounded however many there are (SPEC 3).
+back a page at a time when they run, so memory stays bounded however many there are.
 
 The journal never holds a redacted value: arguments or payloads that hold one stay in memory
 (keyed by seq or lane) for the run, and resume rebuilds them from ``--lanes FILE`` given again.

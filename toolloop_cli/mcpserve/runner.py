@@ -33,7 +33,7 @@ from ..engine.run import journal_plan
 from ..engine.session import RunnerEnd
 from .listing import error_result, listed_tools, receipt_result
 
-#: seqs of calls dispatched by a served call (SPEC 5.6) start here, far from the served calls' own
+#: seqs of calls dispatched by a served call start here, far from the served calls' own
 DISPATCHED_SEQ_BASE = 1 << 40
 
 Transport = Callable[[Any, trio.Event], Awaitable[None]]

@@ -1,4 +1,4 @@
-"""Plan files (SPEC 3) and whole-plan admission (SPEC 4)."""
+"""Plan files and whole-plan admission."""
 
 from .admit import AdmittedCall, AdmittedLane, AdmittedPlan, admit_plan, load_plan
 from .models import PlanDecl

@@ -1,4 +1,4 @@
-"""Whole-plan admission: every problem at once, before anything runs (SPEC 4)."""
+"""Whole-plan admission: every problem at once, before anything runs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Declaration types for plan files (SPEC 3). Every mapping is closed."""
+"""Declaration types for plan files. Every mapping is closed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Approval requests and their answers (SPEC 6.4): asked by a gated call, answered once by a
+"""Approval requests and their answers: asked by a gated call, answered once by a
 person (compare-and-set), used once. Every change is linked in the run's hash chain in the
 transaction that makes it, so an answer edited in the database is never acted on."""
 

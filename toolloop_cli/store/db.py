@@ -211,7 +211,7 @@ def parse_json(text: Any, what: str, run_id: str | None = None) -> Any:
 _NONE = type(None)
 _NUMBER = (int, float)
 
-#: The keys a journaled receipt always has (SPEC 9), with what each holds: every reader (a table,
+#: The keys a journaled receipt always has, with what each holds: every reader (a table,
 #: resume, replay) relies on them. A key added to receipts later is optional here.
 RECEIPT: dict[str, Any] = {
     "type": str, "run_id": str, "seq": int, "completion_seq": int, "subagent": str, "tool": str,
