@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from conftest import APP, write
+from regkit import openai_profile
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.errors import UsageError
 from toolloop_cli.providers import ModelReply
@@ -201,7 +202,7 @@ def test_raise_refusals(tmp_path):
 def test_the_command_line_pauses_with_exit_4_refuses_a_bare_resume_and_resumes_with_raise(tmp_path, model_server,
                                                                                           cli):
     base = model_server.openai_base
-    profile = f"{{provider: openai, model: m, base_url: '{base}', api_key_env: TL_TEST_KEY}}"
+    profile = openai_profile(base)
     plan = write(tmp_path / "cli.yml", f"""
         version: 1
         registry: {APP / 'registry.yml'}
@@ -354,7 +355,7 @@ def test_the_web_apis_resume_takes_raise_and_answers_422_where_resume_would_exit
     from servekit import Served, events
 
     monkeypatch.chdir(tmp_path)  # the server's state folder: .toolloop here
-    profile = f"{{provider: openai, model: m, base_url: '{model_server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    profile = openai_profile(model_server.openai_base)
     path = str(write(tmp_path / "api.yml", f"""
         version: 1
         registry: {APP / 'registry.yml'}

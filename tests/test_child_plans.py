@@ -8,6 +8,7 @@ import json
 
 from conftest import APP, jsonl, write
 from modelserver import Reply
+from regkit import openai_profile
 
 KEY = "sk-child-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -19,7 +20,7 @@ def call(tool: str, args: dict) -> str:
 
 def setup(tmp_path, server, *, max_depth: int | None = None, child_budget: str = "{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 60}",
           child_tools: str = "[echo]", extra_tools: str = ""):
-    profile = f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    profile = openai_profile(server.openai_base)
     write(tmp_path / "research.yml", f"""
         version: 1
         registry: reg.yml

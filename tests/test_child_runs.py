@@ -11,6 +11,7 @@ import sqlite3
 import pytest
 
 from conftest import APP, jsonl, write
+from regkit import openai_profile
 
 KEY = "sk-childruns-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -22,7 +23,7 @@ def call(tool: str, args: dict) -> str:
 
 
 def profile(server) -> str:
-    return f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    return openai_profile(server.openai_base)
 
 
 def child_plan(tmp_path, server, name: str, tools: str, *, inputs: bool = True, write_only: bool = False) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import APP, jsonl, write
 from modelserver import Reply
+from regkit import openai_profile
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.engine.replay import exhausted_turn, export_records
 from toolloop_cli.errors import ConfigError, UsageError
@@ -37,7 +38,7 @@ def plan_file(tmp_path, name: str = "plan.yml", *, tools: str = "[echo, marker, 
     if server is None:
         profile = "{provider: openai, model: m, api_key_env: TL_TEST_KEY}"
     else:
-        profile = f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+        profile = openai_profile(server.openai_base)
     return write(tmp_path / name, f"""
         version: 1
         registry: {REG}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from conftest import APP, write
 from modelserver import Reply
+from regkit import openai_profile
 from servekit import Served
 
 KEY = "sk-hostile-KEY-5f1c0e9d"  # the router's API key, which the model echoes
@@ -62,7 +63,7 @@ def call(tool: str, args: dict, reason: str) -> str:
 
 def test_a_hostile_model_and_an_approver_leave_no_secret_in_any_byte_toolloop_writes(tmp_path, model_server, cli):
     write(tmp_path / "reg.yml", REGISTRY)
-    profile = f"{{provider: openai, model: m, base_url: '{model_server.openai_base}', api_key_env: TL_HOSTILE_KEY}}"
+    profile = openai_profile(model_server.openai_base, "TL_HOSTILE_KEY")
     write(tmp_path / "routed.yml", f"""
         version: 1
         registry: reg.yml

@@ -14,6 +14,7 @@ import threading
 import pytest
 from conftest import APP, jsonl, write
 from modelserver import Reply
+from regkit import openai_profile, registry_yaml
 
 from toolloop_cli._canonical import sha256_of
 
@@ -256,20 +257,8 @@ def test_verify_refuses_an_unknown_run_and_a_run_without_a_chain(cli, tmp_path, 
 # -- routed runs: decisions and model answers are links too; a resumed loop extends the chain -----
 
 def routed(tmp_path, server):
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              log_run:
-                callable: testapp.tools:log_run
-                description: Logs each execution to a file.
-                input_schema: {{type: object, required: [log, key], properties: {{log: {{type: string}}, key: {{type: string}}}}}}
-                output_schema: {{type: object, required: [key]}}
-    """)
-    profile = f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    write(tmp_path / "reg.yml", registry_yaml("log_run"))
+    profile = openai_profile(server.openai_base)
     return write(tmp_path / "routed.yml", f"""
         version: 1
         registry: reg.yml

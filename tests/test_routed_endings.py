@@ -17,8 +17,9 @@ import pytest
 import trio
 import trio.testing
 
-from conftest import APP, jsonl, write
+from conftest import jsonl, write
 from modelserver import Reply
+from regkit import openai_profile, registry_yaml
 from test_resume import wait_for
 from toolloop_cli.engine.run import RunOptions, execute_plan
 from toolloop_cli.plan.admit import admit_plan
@@ -34,41 +35,10 @@ def call(tool: str, args: dict, reason: str = "r") -> str:
 
 
 def registry(tmp_path):
-    return write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 300}}
-            tools:
-              slow_read:
-                callable: testapp.tools:log_run_async
-                description: Logs its key, then sleeps on the event loop.
-                input_schema: {{type: object, required: [log, key], properties: {{log: {{type: string}}, key: {{type: string}}, seconds: {{type: number}}}}}}
-                output_schema: {{}}
-              slow_write:
-                callable: testapp.tools:log_run_async
-                description: Logs its key, then sleeps on the event loop; a write.
-                effect: write  # toolloop: ignore[TL353] (nothing to approve in a test)
-                input_schema: {{type: object, required: [log, key], properties: {{log: {{type: string}}, key: {{type: string}}, seconds: {{type: number}}}}}}
-                output_schema: {{}}
-              echo:
-                callable: testapp.tools:echo
-                description: Returns the arguments it got.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              write_file:
-                callable: testapp.tools:marker
-                description: Writes a file; a person approves every call.
-                effect: write
-                approval: required
-                input_schema: {{type: object, required: [path], properties: {{path: {{type: string}}}}}}
-                output_schema: {{}}
-    """)
+    return write(tmp_path / "reg.yml", registry_yaml("slow_read", "slow_write", "echo", "write_file", tool_timeout_s=300))
 
 
-def profile(base_url: str, key_env: str = "TL_TEST_KEY") -> str:
-    return f"{{provider: openai, model: m, base_url: '{base_url}', api_key_env: {key_env}}}"
+profile = openai_profile
 
 
 def plan(tmp_path, router: str, final: str | None = None, *, budget: str | None = None, extra: str = ""):

@@ -11,8 +11,9 @@ import threading
 
 import pytest
 
-from conftest import APP, jsonl, write
+from conftest import jsonl, write
 from modelserver import Reply
+from regkit import openai_profile, registry_yaml
 
 KEY = "sk-governance-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -23,32 +24,8 @@ def call(tool: str, args: dict, reason: str = "r") -> str:
 
 
 def setup(tmp_path, server, *, extra: str = "", budget: str = "{max_iterations: 8, max_tokens: 100000, max_tool_calls: 6, timeout_s: 60}"):
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns the arguments it got.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              boom:
-                callable: testapp.tools:boom
-                description: Always raises.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              write_file:
-                callable: testapp.tools:marker
-                description: Writes a file; a person approves every call.
-                effect: write
-                approval: required
-                input_schema: {{type: object, required: [path], properties: {{path: {{type: string}}}}}}
-                output_schema: {{}}
-    """)
-    profile = f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    write(tmp_path / "reg.yml", registry_yaml("echo", "boom", "write_file"))
+    profile = openai_profile(server.openai_base)
     return write(tmp_path / "plan.yml", f"""
         version: 1
         registry: reg.yml

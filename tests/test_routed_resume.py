@@ -10,33 +10,17 @@ import subprocess
 import sys
 import threading
 
-from conftest import APP, jsonl, write
+from conftest import jsonl, write
 from modelserver import Reply
+from regkit import openai_profile, registry_yaml
 
 KEY = "sk-resume-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
 
 
 def setup(tmp_path, server, budget: str = "{max_iterations: 6, max_tokens: 100000, max_tool_calls: 4, timeout_s: 60}"):
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              log_run:
-                callable: testapp.tools:log_run
-                description: Logs each execution to a file.
-                input_schema: {{type: object, required: [log, key], properties: {{log: {{type: string}}, key: {{type: string}}}}}}
-                output_schema: {{type: object, required: [key]}}
-              whoami:
-                callable: testapp.tools:whoami
-                description: The process it runs in.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-    """)
-    profile = f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    write(tmp_path / "reg.yml", registry_yaml("log_run", "whoami"))
+    profile = openai_profile(server.openai_base)
     return write(tmp_path / "plan.yml", f"""
         version: 1
         registry: reg.yml

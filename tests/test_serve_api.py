@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import APP, write
+from conftest import write
 from modelserver import Reply
+from regkit import openai_profile, registry_yaml
 from servekit import TOKEN, Served, events, registry, toolloop
 
 from toolloop_cli._canonical import sha256_of
@@ -284,27 +285,8 @@ def test_redacted_values_never_leave_the_server_and_a_kept_marker_keeps_the_valu
 
 def test_a_routed_run_is_steered_while_it_runs_then_approved_and_resumed(server, work, model_server):
     target = work / "routed-written.txt"
-    write(work / "routed-reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns the arguments it got.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              write_file:
-                callable: testapp.tools:marker
-                description: Writes a file; a person approves every call.
-                effect: write
-                approval: required
-                input_schema: {{type: object, required: [path], properties: {{path: {{type: string}}}}}}
-                output_schema: {{}}
-    """)
-    profile = f"{{provider: openai, model: m, base_url: '{model_server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    write(work / "routed-reg.yml", registry_yaml("echo", "write_file"))
+    profile = openai_profile(model_server.openai_base)
     write(work / "routed.yml", f"""
         version: 1
         registry: routed-reg.yml

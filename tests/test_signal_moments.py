@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import jsonl, write
+from regkit import openai_profile
 from test_resume import wait_for
 from toolloop_cli.receipts import EXIT_CODES
 
@@ -217,7 +218,7 @@ def test_a_signal_while_the_summary_is_written_leaves_it_whole(cli, tmp_path, si
 
 def test_a_routed_run_signalled_while_it_is_admitted_asks_no_model(tmp_path, model_server, monkeypatch):
     project(tmp_path)
-    profile = f"{{provider: openai, model: m, base_url: '{model_server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    profile = openai_profile(model_server.openai_base)
     plan = write(tmp_path / "routed.yml", f"""
         version: 1
         registry: reg.yml

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import APP
+from regkit import openai_profile
 
 from toolloop_cli.errors import StateError
 from toolloop_cli.store import Store
@@ -61,7 +62,7 @@ subagents:
 """)
     server = ModelServer().start()
     try:
-        profile = f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+        profile = openai_profile(server.openai_base)
         (base / "routed.yml").write_text(f"""
 version: 1
 registry: reg.yml

@@ -11,6 +11,7 @@ import sys
 import pytest
 from conftest import APP, jsonl, write
 from otlp_collector import start_grpc, start_http
+from regkit import openai_profile, registry_yaml
 from test_resume import kill_when_logged, last_run_id, popen
 from test_store import parallel_plan, state_registry
 
@@ -106,33 +107,8 @@ def test_calls_interrupted_on_resume_get_spans_in_the_resumed_trace(cli, tmp_pat
 
 
 def routed(tmp_path, server):
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns the arguments it got.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              login:
-                callable: testapp.tools:secret_echo
-                description: Takes a password.
-                redact: [/password, /token]
-                input_schema: {{type: object, required: [user, password], properties: {{user: {{type: string}}, password: {{type: string}}}}}}
-                output_schema: {{}}
-              write_file:
-                callable: testapp.tools:marker
-                description: Writes a file; a person approves every call.
-                effect: write
-                approval: required
-                input_schema: {{type: object, required: [path], properties: {{path: {{type: string}}}}}}
-                output_schema: {{}}
-    """)
-    profile = f"{{provider: openai, model: m, base_url: '{server.openai_base}', api_key_env: TL_TEST_KEY}}"
+    write(tmp_path / "reg.yml", registry_yaml("echo", "login", "write_file"))
+    profile = openai_profile(server.openai_base)
     return write(tmp_path / "plan.yml", f"""
         version: 1
         registry: reg.yml

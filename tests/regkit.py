@@ -1,0 +1,77 @@
+"""Registry and profile text for tests: the test App's usual tools, each declared in one place.
+
+``registry_yaml("echo", "write_file")`` is a whole registry file of those tools under subagent
+``t``; ``openai_profile(base_url)`` the profile of the loopback model server."""
+
+from __future__ import annotations
+
+from conftest import APP
+
+_KEYED = "{type: object, required: [log, key], properties: {log: {type: string}, key: {type: string}}}"
+_SLOW = ("{type: object, required: [log, key], properties: {log: {type: string}, key: {type: string}, "
+         "seconds: {type: number}}}")
+_PATH = "{type: object, required: [path], properties: {path: {type: string}}}"
+_LOGIN = "{type: object, required: [user, password], properties: {user: {type: string}, password: {type: string}}}"
+
+#: each tool's declaration, as the lines under its name
+TOOLS: dict[str, str] = {
+    "echo": """
+        callable: testapp.tools:echo
+        description: Returns the arguments it got.
+        input_schema: {type: object}
+        output_schema: {}""",
+    "boom": """
+        callable: testapp.tools:boom
+        description: Always raises.
+        input_schema: {type: object}
+        output_schema: {}""",
+    "write_file": f"""
+        callable: testapp.tools:marker
+        description: Writes a file; a person approves every call.
+        effect: write
+        approval: required
+        input_schema: {_PATH}
+        output_schema: {{}}""",
+    "login": f"""
+        callable: testapp.tools:secret_echo
+        description: Takes a password.
+        redact: [/password, /token]
+        input_schema: {_LOGIN}
+        output_schema: {{}}""",
+    "log_run": f"""
+        callable: testapp.tools:log_run
+        description: Logs each execution to a file.
+        input_schema: {_KEYED}
+        output_schema: {{type: object, required: [key]}}""",
+    "whoami": """
+        callable: testapp.tools:whoami
+        description: The process it runs in.
+        input_schema: {type: object}
+        output_schema: {}""",
+    "slow_read": f"""
+        callable: testapp.tools:log_run_async
+        description: Logs its key, then sleeps on the event loop.
+        input_schema: {_SLOW}
+        output_schema: {{}}""",
+    "slow_write": f"""
+        callable: testapp.tools:log_run_async
+        description: Logs its key, then sleeps on the event loop; a write.
+        effect: write  # toolloop: ignore[TL353] (nothing to approve in a test)
+        input_schema: {_SLOW}
+        output_schema: {{}}""",
+}
+
+
+def registry_yaml(*tools: str, subagent: str = "t", tool_timeout_s: int = 10) -> str:
+    """A registry file declaring ``tools`` (names of ``TOOLS``) under one subagent."""
+    lines = ["version: 1", f"app_root: {APP}", "subagents:", f"  {subagent}:",
+             f"    runner_defaults: {{tool_timeout_s: {tool_timeout_s}}}", "    tools:"]
+    for name in tools:
+        lines.append(f"      {name}:")
+        lines.extend("        " + line.strip() for line in TOOLS[name].strip("\n").splitlines())
+    return "\n".join(lines) + "\n"
+
+
+def openai_profile(base_url: str, key_env: str = "TL_TEST_KEY") -> str:
+    """A flow-style profile for the OpenAI-compatible model server at ``base_url``."""
+    return f"{{provider: openai, model: m, base_url: '{base_url}', api_key_env: {key_env}}}"
