@@ -488,3 +488,18 @@ def test_a_fork_whose_plan_changed_a_recorded_calls_schema_is_refused(tmp_path):
     message = refused.value.problems[0].message
     assert "turn 1 called 'log_run' with arguments its input schema no longer takes" in message
     assert "turn 2 called 'log_run' with arguments its input schema no longer takes" in message
+
+
+def test_a_replay_and_a_fork_carry_the_recorded_runs_labels(tmp_path):
+    log = tmp_path / "log.txt"
+    records = run_live(tmp_path, plan_file(tmp_path), call("log_run", {"log": str(log), "key": "a"}), FINAL,
+                       '{"answer": "recorded"}', options=RunOptions(labels={"ticket": "T-9"}))
+    run_id = records[-1]["run_id"]
+    assert records[-1]["labels"] == {"ticket": "T-9"}
+    forked = fork(tmp_path, run_id, 2, FINAL, '{"answer": "forked"}')[-1]
+    launch = Launch(state(tmp_path))
+    sink = Records()
+    launch.start(launch.replay(run_id, offline=True), sink, handle_signals=False)
+    replayed = sink.got[-1]
+    assert forked["run_id"] != replayed["run_id"] != run_id
+    assert forked["labels"] == replayed["labels"] == {"ticket": "T-9"}

@@ -242,7 +242,7 @@ class Launch:
             self.close()
         journaled = RunOptions.from_journal(run["options"])
         options = RunOptions(default_timeout_s=journaled.default_timeout_s, output_cap_bytes=journaled.output_cap_bytes,
-                             no_cache=True, approve="none", notifications=False)
+                             no_cache=True, approve="none", notifications=False, labels=_labels_of(run))
         return Prepared(plan, options, recording=recording, source=run, recorded=recorded)
 
     def fork(self, run_id: str, from_turn: int, *, plan: str | os.PathLike[str] | None = None,
@@ -265,7 +265,8 @@ class Launch:
                                                plan_file=os.path.abspath(plan) if plan is not None else None)
         finally:
             self.close()
-        return Prepared(admitted, RunOptions.from_journal(run["options"]), recording=recording, source=run)
+        options = replace(RunOptions.from_journal(run["options"]), labels=_labels_of(run))
+        return Prepared(admitted, options, recording=recording, source=run)
 
     def replay_differences(self, prepared: Prepared, result: RunResult) -> list[str]:
         """What the replay ``result`` did differently from the recording it replayed, one line each."""
@@ -304,3 +305,8 @@ class Launch:
                                 resume=prepared.resume, replay=prepared.recording, runner=runner)
         finally:
             self.close()
+
+
+def _labels_of(run: dict[str, Any]) -> dict[str, str]:
+    """A recorded run's labels, which its replays and forks carry as a resume does."""
+    return dict(run.get("labels") or {})
