@@ -119,3 +119,36 @@ def test_a_duplicate_item_key_pages_after_the_first_is_found_in_the_journal(tmp_
     # lane 0 is the plan file's, so line 5 of the file is lane 5
     assert problems == [(301, "TL405", "duplicate item_key 'k4' (first in lane 5)"),
                         (302, "TL405", "duplicate item_key 'inline' (first in lane 0)")]
+
+
+def _lane_rows(lanes):
+    return [(lane.index, lane.item_key, lane.payload,
+             [(c.seq, c.lane, c.item_key, c.call_key, c.tool.id, c.args, c.args_sha256) for c in lane.calls])
+            for lane in lanes]
+
+
+def test_lanes_kept_in_memory_run_exactly_as_those_read_back_from_the_journal(tmp_path):
+    """A run whose lanes fit in memory runs them as admitted; past the cap they are read back from
+    the journal. Both give the same lanes, redacted arguments included, and both journal them."""
+    from toolloop_cli.engine.spool import LaneSpool
+    from toolloop_cli.plan.admit import admit_plan
+    from toolloop_cli.store import Store
+
+    path = lanes_file(tmp_path, 300, secret_every=7)
+    seen = {}
+    for name, keep in (("kept", 10_000), ("over-the-cap", 100), ("journal", 0)):
+        store = Store(tmp_path / f"state-{name}")
+        spool = LaneSpool(store, f"run-{name}", page=32, keep_calls=keep)
+        with open(path, "rb") as fh:
+            admitted = admit_plan(plan(tmp_path), lanes=fh, spool=spool)
+        assert (spool._kept is not None) == (name == "kept")
+        seen[name] = _lane_rows(admitted.all_lanes())
+        con = sqlite3.connect(store.path)
+        assert con.execute("SELECT count(*) FROM lanes").fetchone()[0] == 300  # journaled either way
+        con.close()
+        assert CANARY.encode() not in store.path.read_bytes()
+        store.close()
+    assert seen["kept"] == seen["journal"] == seen["over-the-cap"]
+    assert [row[0] for row in seen["kept"]] == list(range(301))
+    assert sum(1 for row in seen["kept"] for c in row[3] if c[4] == "secret_echo" and c[5]["password"] == CANARY) == 43
+

@@ -25,6 +25,11 @@ _U64_MAX = (1 << 64) - 1
 _WIDE_NUMBER = re.compile(rb"\d{19}")
 
 
+def wide_number(raw: bytes) -> bool:
+    """Whether ``raw`` may hold an integer that orjson reads inexactly (as a float) or refuses."""
+    return _WIDE_NUMBER.search(raw) is not None
+
+
 class JSONEncodeError(TypeError):
     """A value JSON cannot hold (an object of another type, a cycle, nesting past ``MAX_DEPTH``)."""
 
@@ -73,6 +78,8 @@ def value_problem(value: Any, max_depth: int = MAX_VALUE_DEPTH) -> str | None:
     anything else a model wrote (it nests deeper than ``max_depth``, holds NaN or an infinity, or
     text with a lone surrogate, which no JSON writer, hash or schema validator takes), or None
     when it can. Bounded work: the walk stops at the first problem and never recurses."""
+    if not value and type(value) is dict:  # arguments of a call that takes none
+        return None
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()

@@ -22,6 +22,7 @@ from .executors import Executor, WorkerLost
 from .executors.thread import HeldSlot
 from .frames import CURRENT, CallFrame
 from .identity import reset_current, set_pending
+from .limits import LentDeadline
 from .redact import Scrubber, scrub
 from .singleflight import cached_or_lead
 
@@ -53,7 +54,7 @@ def _failure(exc: Exception, tool: ToolSpec) -> Outcome:
 
 
 async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: dict, timeout: float | None,
-                   slot: HeldSlot | None = None) -> Outcome:
+                   slot: HeldSlot | None = None, lent: LentDeadline | None = None) -> Outcome:
     failed: Outcome | None = None
     value: Any = None
     try:
@@ -63,23 +64,39 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
     if not executor.copies_arguments:
         args = private_copy(args)
     deadline = trio.current_time() + timeout if timeout is not None else float("inf")
-    with trio.CancelScope(deadline=deadline) as scope:
+    if lent is not None:
+        # the lane worker's scope is the deadline (limits.LentDeadline): when it fires, the
+        # Cancelled goes up to the worker, which settles this attempt as timed out
+        lent.start(deadline)
         try:
             value = await executor.run(tool, args, prepared, slot)
         except Exception as exc:  # noqa: BLE001 - any failure of App code is a receipt, not a crash
             failed = _failure(exc, tool)
-    if scope.cancelled_caught or trio.current_time() > deadline:
+        finally:
+            lent.at = float("inf")
+        if lent.fired:  # fired while the result was on its way: the worker's scope is cancelled
+            await trio.lowlevel.checkpoint()
+        cancelled = False
+    else:
+        with trio.CancelScope(deadline=deadline) as scope:
+            try:
+                value = await executor.run(tool, args, prepared, slot)
+            except Exception as exc:  # noqa: BLE001 - any failure of App code is a receipt, not a crash
+                failed = _failure(exc, tool)
+        cancelled = scope.cancelled_caught
+    if cancelled or trio.current_time() > deadline:
         # a result (or a failure) that arrives after the deadline is never accepted
-        return Outcome(
-            "timeout",
-            error={"kind": "timeout", "message": f"no result within {timeout:g}s"},
-            abandoned=executor.abandons,
-        )
+        return timed_out(timeout, executor)
     if failed is not None:
         return failed
     if isinstance(value, ChildResult):
         return Outcome("ok", value.value, child_run_id=value.child_run_id)
     return Outcome("ok", value)
+
+
+def timed_out(timeout: float | None, executor: Executor) -> Outcome:
+    return Outcome("timeout", error={"kind": "timeout", "message": f"no result within {timeout:g}s"},
+                   abandoned=executor.abandons)
 
 
 def private_copy(args: dict) -> dict:
@@ -111,11 +128,13 @@ async def _attempt_with_children(ctx: RunContext, tool: ToolSpec, executor: Exec
 class _Attempts:
     """The tries of one call: source limits, the at-most-once start marker, retries."""
 
-    __slots__ = ("ctx", "tool", "args", "meta", "frame", "start_info", "executor", "timeout", "count", "where")
+    __slots__ = ("ctx", "tool", "args", "meta", "frame", "start_info", "executor", "timeout", "count", "where",
+                 "lent")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, meta: dict, frame: CallFrame | None,
-                 start_info: tuple | None, where: _Where):
+                 start_info: tuple | None, where: _Where, lent: LentDeadline | None = None):
         self.ctx, self.tool, self.args, self.meta, self.where = ctx, tool, args, meta, where
+        self.lent = lent
         self.executor = ctx.services.executors.for_tool(tool)  # type: ignore[union-attr]
         # children of a trio callable run in its own task; others get a nursery per attempt
         self.frame = frame if frame is not None and not self.executor.in_calling_task else None
@@ -123,14 +142,17 @@ class _Attempts:
         self.timeout = timeout_of(tool.timeout_s, ctx.config.default_timeout_s)
         self.count = 0
 
-    async def run(self) -> tuple[Outcome, int]:
+    async def run(self, outcome: Outcome | None = None) -> tuple[Outcome, int]:
+        """Try until done; ``outcome`` is that of the attempt in flight when it was cut short (a
+        lent deadline that fired), and the tries go on from there."""
         tool = self.tool
         policy = tool.retry
         # a write that timed out may still be running, or may have applied: never tried again
         at_most_once = tool.at_most_once
         while True:
-            self.count += 1
-            outcome = await self._limited()
+            if outcome is None:
+                self.count += 1
+                outcome = await self._limited()
             if outcome.status == "timeout" and at_most_once:
                 return outcome, self.count
             if outcome.status in policy.on and self.count < policy.max_attempts:
@@ -140,6 +162,7 @@ class _Attempts:
                                         retry_in_s=round(delay, 6),
                                         error=_scrubbed(self.ctx, self.tool, outcome.error, self.args))
                 await trio.sleep(delay)
+                outcome = None
                 continue
             return outcome, self.count
 
@@ -174,7 +197,7 @@ class _Attempts:
         try:
             if self.frame is not None:
                 return await _attempt_with_children(ctx, tool, self.executor, self.args, self.timeout, slot, self.frame)
-            return await _attempt(ctx, tool, self.executor, self.args, self.timeout, slot)
+            return await _attempt(ctx, tool, self.executor, self.args, self.timeout, slot, self.lent)
         finally:
             reset_current(token)
 
@@ -299,7 +322,7 @@ async def execute_call(
         return await execute_in_frame(ctx, tool, args, seq=seq, item_key=item_key, call_key=call_key,
                                       args_sha256=args_sha256, parent_receipt_id=parent_receipt_id,
                                       iteration=iteration, approval=approval)
-    return await _execute(ctx, tool, args, where, args_sha256, ctx.sequence.new_receipt_id(), None)
+    return await GovernedCall(ctx, tool, args, where, args_sha256, ctx.sequence.new_receipt_id(), None).run()
 
 
 async def execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, *, seq: int, item_key: str | None,
@@ -314,8 +337,8 @@ async def execute_in_frame(ctx: RunContext, tool: ToolSpec, args: dict, *, seq: 
              if tool.dispatch else None)
     token = CURRENT.set(frame)
     try:
-        return await _execute(ctx, tool, args, _Where(seq, item_key, call_key, parent_receipt_id, iteration, approval),
-                              args_sha256, receipt_id, frame)
+        return await GovernedCall(ctx, tool, args, _Where(seq, item_key, call_key, parent_receipt_id, iteration,
+                                                          approval), args_sha256, receipt_id, frame).run()
     finally:
         CURRENT.reset(token)
         if frame is not None:
@@ -347,45 +370,86 @@ class _Ran:
     flight: Any = None  # single-flight slot to release once the result is stored (or not)
 
 
-async def _execute(ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, args_sha256: str | None,
-                   receipt_id: str, frame: CallFrame | None) -> tuple[Receipt, Any, dict | None]:
-    args_sha = args_sha256 or sha256_of(args)
-    where.receipt_id = receipt_id  # each call has its own _Where
-    meta: dict = {}
-    if ctx.services.audit is not None:
-        meta = {"seq": where.seq, "tool": tool.id, "item_key": where.item_key, "call_key": where.call_key,
-                "receipt_id": receipt_id}
-        if where.parent_receipt_id is not None:
-            meta["parent_receipt_id"] = where.parent_receipt_id
-        ctx.emit_audit("admitted", **meta, subagent=tool.subagent, args_sha256=args_sha)
-    started = time.time()
-    t0 = time.perf_counter()
-    ctx.ledger.count(tool)
-    ran = await _cached(ctx, tool, args)
-    if ran.cache != "hit":
-        start_info = (where.seq, tool, args_sha) if ctx.services.before_start is not None else None
-        ran.outcome, ran.attempts = await _Attempts(ctx, tool, args, meta, frame, start_info, where).run()
+class GovernedCall:
+    """One call from its admission to its receipt. A lane worker keeps it while it runs: when the
+    worker's lent deadline fires, the attempt in flight is cut short, and ``resume_timed_out``
+    (in the worker's fresh scope) goes on with its retries and its receipt."""
+
+    __slots__ = ("ctx", "tool", "args", "where", "args_sha", "receipt_id", "frame", "meta", "started", "t0",
+                 "ran", "attempts", "lent")
+
+    def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, args_sha256: str | None,
+                 receipt_id: str, frame: CallFrame | None, lent: LentDeadline | None = None):
+        self.ctx, self.tool, self.args, self.where, self.frame = ctx, tool, args, where, frame
+        self.args_sha = args_sha = args_sha256 or sha256_of(args)
+        self.receipt_id = where.receipt_id = receipt_id  # each call has its own _Where
+        meta: dict = {}
+        if ctx.services.audit is not None:
+            meta = {"seq": where.seq, "tool": tool.id, "item_key": where.item_key, "call_key": where.call_key,
+                    "receipt_id": receipt_id}
+            if where.parent_receipt_id is not None:
+                meta["parent_receipt_id"] = where.parent_receipt_id
+            ctx.emit_audit("admitted", **meta, subagent=tool.subagent, args_sha256=args_sha)
+        self.meta = meta
+        self.started = time.time()
+        self.t0 = time.perf_counter()
+        ctx.ledger.count(tool)
+        self.ran: _Ran | None = None
+        self.attempts: _Attempts | None = None
+        self.lent = lent
+
+    async def run(self) -> tuple[Receipt, Any, dict | None]:
+        ctx, tool, where = self.ctx, self.tool, self.where
+        self.ran = ran = await _cached(ctx, tool, self.args)
+        if ran.cache != "hit":
+            start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
+            self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
+            ran.outcome, ran.attempts = await self.attempts.run()
+            if ran.outcome.status == "ok":
+                ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
+        return await self._receipt()
+
+    async def resume_timed_out(self) -> tuple[Receipt, Any, dict | None]:
+        """The attempt in flight ran out of time (its lent deadline fired): its retries, then the
+        receipt."""
+        ran, attempts = self.ran, self.attempts
+        assert ran is not None and attempts is not None, "a call is cut short only while it is tried"
+        ran.outcome, ran.attempts = await attempts.run(timed_out(attempts.timeout, attempts.executor))
         if ran.outcome.status == "ok":
-            ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
-    value = ran.outcome.value if ran.outcome.status == "ok" else None
-    scrubber = _scrubber(ctx, tool, args, value, frame)
-    _store(ctx, tool, ran, value, scrubber)
-    receipt = Receipt(
-        run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
-        subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
-        item_key=where.item_key, call_key=where.call_key, parent_receipt_id=where.parent_receipt_id,
-        iteration=where.iteration, receipt_id=receipt_id, status=ran.outcome.status,
-        abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=args_sha,
-        **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(started), finished_at=rfc3339(time.time()),
-        duration_ms=round((time.perf_counter() - t0) * 1000, 3), approval=where.approval,
-        child_run_id=ran.outcome.child_run_id, isolation=isolation_of(tool), taint=taint_of(ctx, tool),
-    )
-    if ctx.services.audit is not None:
-        ctx.emit_audit("finished", **meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,
-                       error=receipt.error, duration_ms=receipt.duration_ms)
-    if ctx.contract.evidence is not None:
-        await give_evidence(ctx, receipt)
-    return receipt, value, ran.envelope
+            ran.outcome, ran.envelope = _check_output(self.ctx, self.tool, ran.outcome)
+        return await self._receipt()
+
+    async def _receipt(self) -> tuple[Receipt, Any, dict | None]:
+        ctx, tool, args, where, ran = self.ctx, self.tool, self.args, self.where, self.ran
+        assert ran is not None
+        value = ran.outcome.value if ran.outcome.status == "ok" else None
+        scrubber = _scrubber(ctx, tool, args, value, self.frame)
+        _store(ctx, tool, ran, value, scrubber)
+        receipt = Receipt(
+            run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
+            subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
+            item_key=where.item_key, call_key=where.call_key, parent_receipt_id=where.parent_receipt_id,
+            iteration=where.iteration, receipt_id=self.receipt_id, status=ran.outcome.status,
+            abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=self.args_sha,
+            **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(self.started),
+            finished_at=rfc3339(time.time()), duration_ms=round((time.perf_counter() - self.t0) * 1000, 3),
+            approval=where.approval, child_run_id=ran.outcome.child_run_id, isolation=isolation_of(tool),
+            taint=taint_of(ctx, tool),
+        )
+        if ctx.services.audit is not None:
+            ctx.emit_audit("finished", **self.meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,
+                           error=receipt.error, duration_ms=receipt.duration_ms)
+        if ctx.contract.evidence is not None:
+            await give_evidence(ctx, receipt)
+        return receipt, value, ran.envelope
+
+
+def lane_call(ctx: RunContext, tool: ToolSpec, args: dict, lent: LentDeadline, *, seq: int, item_key: str | None,
+              call_key: str | None, args_sha256: str | None, approval: dict | None) -> GovernedCall:
+    """A call of a lane worker whose attempts borrow the worker's scope as their deadline (runs
+    where no tool dispatches: a dispatching call runs in a frame of its own, ``execute_call``)."""
+    where = _Where(seq, item_key, call_key, None, None, approval)
+    return GovernedCall(ctx, tool, args, where, args_sha256, ctx.sequence.new_receipt_id(), None, lent)
 
 
 async def _cached(ctx: RunContext, tool: ToolSpec, args: dict) -> _Ran:

@@ -11,10 +11,11 @@ import trio
 from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from ..plan.lanes import RejectedLane
 from ..receipts import Receipt
-from .call import execute_call, not_run_receipt
+from .call import GovernedCall, execute_call, lane_call, not_run_receipt
 from .child_runs import ChildPaused
 from .context import RunContext
 from .gates import Refuse, Wait, check_call
+from .limits import LentDeadline, Watchdog
 from .runstate import HaltPolicy, RunState
 from .settle import Settlement
 
@@ -30,7 +31,8 @@ class _LaneRun:
     """One lane's calls, run in order; remembers where it is so a cancelled worker can settle
     the call in flight and go on with the rest of the lane."""
 
-    __slots__ = ("ctx", "lane", "calls", "settlement", "state", "pos", "payload", "stop_reason", "current_args")
+    __slots__ = ("ctx", "lane", "calls", "settlement", "state", "pos", "payload", "stop_reason", "current_args",
+                 "lent", "in_call", "cut_short")
 
     def __init__(self, ctx: RunContext, lane: AdmittedLane, calls: list[AdmittedCall],
                  settlement: Settlement, state: RunState):
@@ -39,6 +41,9 @@ class _LaneRun:
         self.payload = dict(lane.payload) if lane.payload is not None else None
         self.stop_reason: str | None = None
         self.current_args: Any = None
+        self.lent: LentDeadline | None = None  # the worker's scope as the deadline of its attempts
+        self.in_call: GovernedCall | None = None  # the call running on the lent deadline
+        self.cut_short = False  # its attempt in flight ran out of time: go on with it
 
     def _not_run(self, call: AdmittedCall, args: Any, status: str, message: str, approval: dict | None = None) -> None:
         self.settlement.settle(not_run_receipt(
@@ -48,6 +53,8 @@ class _LaneRun:
 
     async def run(self) -> None:
         state = self.state
+        if self.cut_short:
+            await self._resume_call()
         while self.pos < len(self.calls):
             if state.interrupted:
                 return  # not started: no receipt, so resume runs it
@@ -83,14 +90,45 @@ class _LaneRun:
 
     async def _run_call(self, call: AdmittedCall, args: Any, approval: dict | None = None) -> None:
         self.current_args = args
+        sha = call.args_sha256 if args is call.args else None
         try:
-            receipt, _value, envelope = await execute_call(
-                self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
-                args_sha256=call.args_sha256 if args is call.args else None, approval=approval,
-            )
+            if self.lent is None:
+                receipt, _value, envelope = await execute_call(
+                    self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
+                    args_sha256=sha, approval=approval)
+            else:
+                self.in_call = lane_call(self.ctx, call.tool, args, self.lent, seq=call.seq, item_key=call.item_key,
+                                         call_key=call.call_key, args_sha256=sha, approval=approval)
+                receipt, _value, envelope = await self.in_call.run()
+                self.in_call = None
         except ChildPaused as paused:  # a child run waits for a person: the lane pauses with it
+            self.in_call = None
             self._pause(call, paused.child_run_id)
             return
+        self._ended(call, receipt, envelope)
+
+    def timed_out(self) -> None:
+        """The worker's lent deadline fired: the call in flight goes on (its retries, its receipt)
+        when the lane runs again, in the worker's fresh scope."""
+        if self.in_call is None:  # no attempt was running: nothing to time out
+            self.cancel_current()
+        else:
+            self.cut_short = True
+
+    async def _resume_call(self) -> None:
+        self.cut_short = False
+        governed = self.in_call
+        assert governed is not None
+        try:
+            receipt, _value, envelope = await governed.resume_timed_out()
+        except ChildPaused as paused:
+            self.in_call = None
+            self._pause(self.calls[self.pos], paused.child_run_id)
+            return
+        self.in_call = None
+        self._ended(self.calls[self.pos], receipt, envelope)
+
+    def _ended(self, call: AdmittedCall, receipt: Receipt, envelope: dict | None) -> None:
         self.pos += 1
         self.settlement.settle(receipt)
         if receipt.status != "ok":
@@ -110,6 +148,7 @@ class _LaneRun:
 
     def cancel_current(self) -> None:
         """The call in flight was cancelled (halt now, or a signal): give it its receipt."""
+        self.in_call, self.cut_short = None, False
         if self.pos >= len(self.calls):
             return
         call = self.calls[self.pos]
@@ -195,12 +234,19 @@ async def run_lanes(
     feeder = _Feeder(ctx, source, settlement, state, stream, on_rejected, max_concurrency)
     workers = (max(1, min(max_concurrency, len(source.lanes))) if isinstance(source.lanes, list) and stream is None
                else max(1, max_concurrency))
+    # one watchdog for the deadlines of every lane worker's attempts (limits.LentDeadline); a run
+    # whose tools dispatch gives each call a scope of its own, as its frame needs
+    feeder.watchdog = None if ctx.dispatching else Watchdog()
     async with ctx.services.executors.opened():  # type: ignore[union-attr]
-        async with trio.open_nursery() as nursery:
-            if stream is not None:
-                nursery.start_soon(feeder.feed)
-            for _ in range(workers):
-                nursery.start_soon(feeder.worker)
+        async with trio.open_nursery() as outer:
+            if feeder.watchdog is not None:
+                outer.start_soon(feeder.watchdog.run)
+            async with trio.open_nursery() as nursery:
+                if stream is not None:
+                    nursery.start_soon(feeder.feed)
+                for _ in range(workers):
+                    nursery.start_soon(feeder.worker)
+            outer.cancel_scope.cancel()
     settlement.flush()
     return state
 
@@ -214,6 +260,7 @@ class _Feeder:
         self.ctx, self.source, self.settlement, self.state = ctx, source, settlement, state
         self.stream, self.on_rejected = stream, on_rejected
         self.window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
+        self.watchdog: Watchdog | None = None
         if stream is None:
             pending = source.positions()
 
@@ -231,13 +278,20 @@ class _Feeder:
 
     async def worker(self) -> None:
         # One cancel scope per worker, not per call: halt-now and signals cancel these, and the
-        # lane run settles whatever call was in flight.
+        # lane run settles whatever call was in flight. Its attempts borrow it as their deadline:
+        # one that fires ends the scope too, and the call goes on (its retries, its receipt) in
+        # the next one.
         state = self.state
+        lent = LentDeadline(self.watchdog) if self.watchdog is not None else None
         current: _LaneRun | None = None
         taken = None  # a lane taken from the queue, not started yet
         while True:
             with trio.CancelScope() as scope:
                 state.in_flight.add(scope)
+                if lent is not None:
+                    lent.lend(scope)
+                    if current is not None and current.cut_short and _stopping_now(state):
+                        scope.cancel()  # a halt came as the deadline fired: the call's retries are cancelled
                 try:
                     while True:
                         if current is None:
@@ -247,13 +301,17 @@ class _Feeder:
                                     return
                             await self._within_window(taken[0])
                             current = _LaneRun(self.ctx, taken[1], taken[2], self.settlement, state)
+                            current.lent = lent
                             taken = None
                         await current.run()
                         current = None
                 finally:
                     state.in_flight.discard(scope)
             if current is not None:
-                current.cancel_current()
+                if lent is not None and lent.fired:
+                    current.timed_out()
+                else:
+                    current.cancel_current()
 
     async def _within_window(self, pos: int) -> None:
         if pos - self.window > self.settlement.emitted and not (self.state.halted or self.state.interrupted):
@@ -304,6 +362,12 @@ def rejected_receipts(ctx: RunContext, lane: RejectedLane) -> list[Receipt]:
     return [not_run_receipt(ctx, tool, None, seq=seq, item_key=lane.item_key, call_key=call_key,
                             status="invalid_input", message=message, kind="rejected_lane")
             for seq, call_key, tool in lane.calls]
+
+
+def _stopping_now(state: RunState) -> bool:
+    """Work in flight is being cancelled: a signal, an operator's stop, or ``--halt now``."""
+    return state.interrupted or (state.halted and (state.stopped_by is not None
+                                                   or (state.halt is not None and state.halt.when == "now")))
 
 
 def _gappy(seqs: list[int]) -> bool:

@@ -41,3 +41,62 @@ class ToolLimits:
         if lim is None:
             lim = self._rate[key] = RateLimiter(per_second)
         return lim
+
+
+class LentDeadline:
+    """A lane worker's cancel scope, lent to the attempt it runs as that attempt's deadline.
+
+    Entering and leaving a trio cancel scope with a deadline costs more than a no-op call itself;
+    a lane worker already has a scope (halts and signals cancel it), so its attempts borrow that
+    one: ``at`` is the running attempt's deadline (inf between attempts) and the run's
+    ``Watchdog`` cancels the scope when it passes, setting ``fired``. The worker then leaves its
+    scope, settles the attempt as timed out outside it and opens a fresh one for what follows.
+    """
+
+    __slots__ = ("scope", "at", "fired", "watchdog")
+
+    def __init__(self, watchdog: Watchdog):
+        self.watchdog = watchdog
+        self.scope: trio.CancelScope | None = None
+        self.at = float("inf")
+        self.fired = False
+        watchdog.lents.append(self)
+
+    def lend(self, scope: trio.CancelScope) -> None:
+        """The worker's scope from now on (a fresh one after a timeout or a halt)."""
+        self.scope, self.at, self.fired = scope, float("inf"), False
+
+    def start(self, deadline: float) -> None:
+        """An attempt runs until ``deadline``; set ``at`` back to inf when it returns."""
+        self.at = deadline
+        watchdog = self.watchdog
+        if deadline < watchdog.wake:
+            watchdog.wake = deadline
+            if watchdog.scope is not None:
+                watchdog.scope.deadline = deadline
+
+
+class Watchdog:
+    """One task per run that cancels the scope of each attempt whose deadline passed. It sleeps
+    until the earliest deadline it knows of; an attempt that ends first leaves it a stale wake-up,
+    after which it sleeps until the earliest deadline still running."""
+
+    def __init__(self) -> None:
+        self.lents: list[LentDeadline] = []
+        self.wake = float("inf")
+        self.scope: trio.CancelScope | None = None
+
+    async def run(self) -> None:
+        while True:
+            with trio.CancelScope(deadline=self.wake) as self.scope:
+                await trio.sleep_forever()
+            now = trio.current_time()
+            wake = float("inf")
+            for lent in self.lents:
+                if lent.at <= now:
+                    lent.at, lent.fired = float("inf"), True
+                    if lent.scope is not None:
+                        lent.scope.cancel()
+                elif lent.at < wake:
+                    wake = lent.at
+            self.wake = wake

@@ -1,5 +1,7 @@
 """Lanes read from a stream (``--lanes``) go to the journal as they are admitted and are read
-back a page at a time when they run, so memory stays bounded however many there are.
+back a page at a time when they run, so memory stays bounded however many there are. A run whose
+lanes fit in memory (``KEEP_CALLS``) also keeps them as admitted and runs them from there: the
+journal still holds every one (resume reads them back), the run skips the round trip.
 
 The journal never holds a redacted value: arguments or payloads that hold one stay in memory
 (keyed by seq or lane) for the run, and resume rebuilds them from ``--lanes FILE`` given again.
@@ -19,6 +21,9 @@ from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from .redact import Redactor
 
 PAGE_LANES = 256
+#: lanes of at most this many calls in all are also kept in memory as admitted and run from there
+#: (about 1 KB a call); past it the kept ones are dropped and the run reads them from the journal
+KEEP_CALLS = 50_000
 
 
 _REDACTORS: dict[tuple[str, ...], Redactor] = {}
@@ -124,8 +129,12 @@ class ItemKeys:
 class LaneSpool:
     """Admitted lanes of one run, journaled in pages as they arrive."""
 
-    def __init__(self, store: Any, run_id: str, page: int = PAGE_LANES, grow_total: bool = False):
+    def __init__(self, store: Any, run_id: str, page: int = PAGE_LANES, grow_total: bool = False,
+                 keep_calls: int = KEEP_CALLS):
         self.store = store
+        self.keep_calls = keep_calls
+        #: the lanes as admitted while they fit in ``keep_calls`` (None once they do not)
+        self._kept: list[AdmittedLane] | None = [] if keep_calls > 0 else None
         self.run_id = run_id
         self.page = page
         self.grow_total = grow_total  # the run is already journaled: count the calls into it
@@ -148,6 +157,11 @@ class LaneSpool:
             self.first_lane = lane.index
         self.lanes += 1
         self.calls += len(lane.calls)
+        if self._kept is not None:
+            if self.calls <= self.keep_calls:
+                self._kept.append(lane)
+            else:
+                self._kept = None
         self._buffer.append(lane)
         if len(self._buffer) >= self.page:
             self.flush()
@@ -169,12 +183,16 @@ class LaneSpool:
 
     def discard(self) -> None:
         self._buffer.clear()
+        self._kept = [] if self.keep_calls > 0 else None
         self.store.discard_calls(self.run_id)
 
     def iter_lanes(self, subagent: SubagentSpec) -> Iterator[AdmittedLane]:
         """The spooled lanes in order, rebuilt a page at a time from the journal."""
         self.flush()
         if self.first_lane is None:
+            return
+        if self._kept is not None:
+            yield from self._kept
             return
         # a reader of its own (WAL lets it run beside the writer), through the journal's read layer
         db = Connection(sqlite3.connect(self.store.path), self.store.path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+import orjson
 from pydantic import ValidationError
 
 from .. import _json
@@ -28,11 +29,13 @@ def read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Pro
         if not raw.strip():
             continue
         smap.values[()] = (lineno, 1)
-        try:  # the fast path: a well-formed lane parses and validates in one step
-            lane = LaneDecl.model_validate_json(raw)
-        except ValidationError:
-            pass
-        else:
+        lane = well_formed(raw)  # the fast path: a well-formed lane, read without a model
+        if lane is None:
+            try:
+                lane = LaneDecl.model_validate_json(raw)
+            except ValidationError:
+                pass
+        if lane is not None:
             adm.lane(lane, (), col)
             if spool is not None:
                 spool.add(adm.lanes.pop())  # journaled now, read back when it runs
@@ -174,9 +177,61 @@ class LaneStream:
                                             for i, c in enumerate(decl.calls)], col.problems)
 
 
-def _parse_lane(raw: bytes, col: Collector) -> tuple[LaneDecl | None, Any]:
+class _Call:
+    __slots__ = ("tool", "call_key", "args")
+
+    def __init__(self, tool: str, call_key: str | None, args: dict | None):
+        self.tool, self.call_key, self.args = tool, call_key, args
+
+
+class _Lane:
+    """A lane declaration read by ``well_formed``: the attributes of a ``LaneDecl``, no model."""
+
+    __slots__ = ("item_key", "calls", "payload")
+
+    def __init__(self, item_key: str, calls: list[_Call], payload: dict | None):
+        self.item_key, self.calls, self.payload = item_key, calls, payload
+
+
+_LANE_KEYS = frozenset(("item_key", "calls", "payload"))
+_CALL_KEYS = frozenset(("tool", "call_key", "args"))
+
+
+def well_formed(raw: bytes) -> Any:
+    """The lane of a line that is JSON of exactly the shape ``LaneDecl`` takes (strict strings,
+    at least one call, objects for arguments and payload, no other keys), read without building a
+    model; None for anything else, which then goes through ``LaneDecl`` for its findings (a line
+    JSON cannot read here, such as NaN or an integer past 64 bits, included)."""
+    if _json.wide_number(raw):  # orjson would read it as a float: LaneDecl keeps it exact
+        return None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if type(data) is not dict or not data.keys() <= _LANE_KEYS:
+        return None
+    item_key, calls, payload = data.get("item_key"), data.get("calls"), data.get("payload")
+    if type(item_key) is not str or type(calls) is not list or not calls or (
+            payload is not None and type(payload) is not dict):
+        return None
+    read = []
+    for c in calls:
+        if type(c) is not dict or not c.keys() <= _CALL_KEYS:
+            return None
+        tool, key, args = c.get("tool"), c.get("call_key"), c.get("args")
+        if type(tool) is not str or (key is not None and type(key) is not str) or (
+                args is not None and type(args) is not dict):
+            return None
+        read.append(_Call(tool, key, args))
+    return _Lane(item_key, read, payload)
+
+
+def _parse_lane(raw: bytes, col: Collector) -> tuple[Any, Any]:
     """The line as a lane declaration (None, with findings, when it is not one), and its JSON
     data when it was read but is no lane."""
+    lane = well_formed(raw)
+    if lane is not None:
+        return lane, None
     try:
         return LaneDecl.model_validate_json(raw), None
     except ValidationError:
