@@ -7,6 +7,10 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
 
+from .._plugins import plugins_back, plugins_off
+
+_plugins = plugins_off()  # the classes below are built without pydantic's plugin loader
+
 Schema = Union[dict[str, Any], StrictBool]
 PosFloat = Annotated[float, Field(gt=0)]
 
@@ -162,3 +166,6 @@ class RegistryDecl(Closed):
     app_root: Optional[StrictStr] = None
     evidence: Optional[StrictStr] = None
     subagents: dict[str, SubagentDecl]
+
+
+plugins_back(_plugins)

@@ -6,8 +6,11 @@ from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, StrictStr
 
+from .._plugins import plugins_back, plugins_off
 from ..contract.models import Closed, NotifyDecl, Schema
 from ..router.supervisor import RULES
+
+_plugins = plugins_off()  # the classes below are built without pydantic's plugin loader
 
 MODE_KEYS = {
     "sequential": {"calls"},
@@ -116,3 +119,6 @@ class PlanDecl(Closed):
     guardrails: Optional[GuardrailsDecl] = None
     taint: Optional[TaintDecl] = None  # routed: writes after untrusted content
     notify: Optional[NotifyDecl] = None  # overrides the subagent's runner_defaults.notify
+
+
+plugins_back(_plugins)
