@@ -45,9 +45,7 @@ def compile_tool(
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous, runtime = _runtime_of(t, fn, at, col)
     sandbox = compile_sandbox(tid, t, at, root, col, "callable" if t.mcp is None else "mcp", asynchronous)
-    # each schema's properties walked once, for the validators' masking and the redaction checks
-    props = {key: list(schemas.iter_properties_at(getattr(t, key))) for key in _SCHEMA_KEYS}
-    write_only = {key: [ptr for _, ptr, sub, _ in found if sub.get("writeOnly") is True] for key, found in props.items()}
+    props, write_only = _properties(t)
     validators = _compile_schemas(t, at, col, write_only)
     envelope = _envelope_of(t, at, col)
     redact = _check_redaction(t, at, col, props, write_only)
@@ -262,6 +260,14 @@ def _runtime_of(t: ToolDecl, fn: Any, at: tuple, col: Collector) -> tuple[bool, 
 
 
 _SCHEMA_KEYS = ("input_schema", "output_schema")
+
+
+def _properties(t: ToolDecl) -> tuple[dict[str, list[tuple[str, str, dict, tuple]]], dict[str, list[str]]]:
+    """Each schema's properties (``schemas.iter_properties_at``) and its ``writeOnly`` pointers,
+    from one walk of it: the validators' masking and the redaction checks both read them."""
+    props = {key: list(schemas.iter_properties_at(getattr(t, key))) for key in _SCHEMA_KEYS}
+    write_only = {key: [ptr for _, ptr, sub, _ in found if sub.get("writeOnly") is True] for key, found in props.items()}
+    return props, write_only
 
 
 def _compile_schemas(t: ToolDecl, at: tuple, col: Collector, write_only: dict[str, list[str]]) -> dict[str, Any]:
