@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A generated registry of N tools for the ``validate`` figure (bench/run_all.py --only validate).
 
-Each tool is a sync callable in a generated App module, with input and output schemas; the file is
-what ``toolloop validate`` reads and what the baseline loads with the YAML C loader alone.
+Each tool is a sync callable in a generated App module (its bytecode compiled once, as an installed
+App's is), with input and output schemas; the file is what ``toolloop validate`` reads and what the
+baseline loads with the YAML C loader alone.
 
 Usage: python bench/bench_validate.py FOLDER [--tools 500]   # writes FOLDER/registry.yml, FOLDER/bigapp.py
 """
@@ -10,6 +11,7 @@ Usage: python bench/bench_validate.py FOLDER [--tools 500]   # writes FOLDER/reg
 from __future__ import annotations
 
 import argparse
+import py_compile
 from pathlib import Path
 
 
@@ -19,6 +21,9 @@ def write_big_registry(path: Path, folder: Path, n: int) -> None:
     for i in range(n):
         lines.append(f"def tool_{i}(text: str, count: int = 1) -> dict:\n    return {{'text': text * count}}\n")
     (folder / "bigapp.py").write_text("\n".join(lines))
+    # its bytecode cached, as an installed App's is: with PYTHONDONTWRITEBYTECODE=1 (set on some
+    # machines) Python would otherwise compile the 500 functions again in every measured run
+    py_compile.compile(str(folder / "bigapp.py"), doraise=True)
     out = [f"version: 1\napp_root: {folder}\nsubagents:\n  main:\n    runner_defaults: {{tool_timeout_s: 30}}\n"
            "    tools:\n"]
     for i in range(n):

@@ -1,11 +1,15 @@
 """Declaration types for the registry file. Every mapping is closed."""
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: pydantic would compile every field's annotation
+# from its text when the classes are built, a cost every command that loads a file pays
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 from pydantic_core import PydanticCustomError
+
+from .._plugins import plugins_back, plugins_off
+
+_plugins = plugins_off()  # the classes below are built without pydantic's plugin loader
 
 Schema = Union[dict[str, Any], StrictBool]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -162,3 +166,6 @@ class RegistryDecl(Closed):
     app_root: Optional[StrictStr] = None
     evidence: Optional[StrictStr] = None
     subagents: dict[str, SubagentDecl]
+
+
+plugins_back(_plugins)

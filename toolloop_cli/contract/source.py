@@ -205,59 +205,85 @@ def _check_expansion(root: yaml.Node) -> LoadIssue | None:
     return None
 
 
+class _TooDeep(Exception):
+    """A node below ``MAX_DEPTH`` levels met while building: ``_check_depth`` names the finding."""
+
+
+_ScalarNode, _SequenceNode = yaml.ScalarNode, yaml.SequenceNode
+_CONSTRUCTORS = yaml.constructor.SafeConstructor.yaml_constructors
+
+
 class _Builder:
+    """Plain data and its source map from the node graph, in one walk that also bounds its depth:
+    a node deeper than ``MAX_DEPTH`` raises ``_TooDeep``; where the walk does not go (a key that is
+    not a scalar, a merge of something other than a mapping), ``unwalked`` says the depth of the
+    whole graph is still to be checked."""
+
     def __init__(self, file: str):
         self.smap = SourceMap(file)
         self.issues: list[LoadIssue] = []
+        self.unwalked = False
         self._scalars = yaml.constructor.SafeConstructor()
 
-    def build(self, node: yaml.Node, path: Path) -> Any:
-        self.smap.values[path] = _pos(node)
-        if isinstance(node, yaml.ScalarNode):
+    def build(self, node: yaml.Node, path: Path, depth: int = 1) -> Any:
+        if depth > MAX_DEPTH:
+            raise _TooDeep
+        mark = node.start_mark
+        self.smap.values[path] = (mark.line + 1, mark.column + 1)
+        if isinstance(node, _ScalarNode):
+            if node.tag == _STR and not node.style:
+                return node.value
             return self._scalar(node, path)
-        if isinstance(node, yaml.SequenceNode):
+        depth += 1
+        if isinstance(node, _SequenceNode):
             if node.tag != _SEQ:
                 self._tag(node, path)
-            return [self.build(child, path + (i,)) for i, child in enumerate(node.value)]
+            return [self.build(child, path + (i,), depth) for i, child in enumerate(node.value)]
         if node.tag != _MAP:
             self._tag(node, path)
         out: dict[str, Any] = {}
+        keys = self.smap.keys
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
-                self._merge(out, value_node, path)
+                self._merge(out, value_node, path, depth)
                 continue
-            if not isinstance(key_node, yaml.ScalarNode):
+            if not isinstance(key_node, _ScalarNode):
+                self.unwalked = True
                 line, col = _pos(key_node)
                 self.issues.append(LoadIssue("TL105", "a mapping key must be a plain scalar", line, col, path))
                 continue
             # keys are always text, as written: YAML 1.1 would read 'on:' (a retry key) as true
             key = key_node.value
-            line, col = _pos(key_node)
+            here = path + (key,)
+            mark = key_node.start_mark
+            line, col = mark.line + 1, mark.column + 1
             if key in out:
-                first = self.smap.keys.get(path + (key,), (line, col))
+                first = keys.get(here, (line, col))
                 self.issues.append(
                     LoadIssue(
                         "TL103",
                         f"duplicate key {quoted(key)} (first defined at line {first[0]})",
                         line,
                         col,
-                        path + (key,),
+                        here,
                         "remove one of the two entries",
                     )
                 )
                 continue
-            self.smap.keys[path + (key,)] = (line, col)
-            out[key] = self.build(value_node, path + (key,))
+            keys[here] = (line, col)
+            out[key] = self.build(value_node, here, depth)
         return out
 
-    def _merge(self, out: dict, value_node: yaml.Node, path: Path) -> None:
-        sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+    def _merge(self, out: dict, value_node: yaml.Node, path: Path, depth: int) -> None:
+        listed = isinstance(value_node, yaml.SequenceNode)
+        sources = value_node.value if listed else [value_node]
         for src in sources:
             if not isinstance(src, yaml.MappingNode):
+                self.unwalked = True
                 line, col = _pos(src)
                 self.issues.append(LoadIssue("TL105", "'<<' merges only mappings", line, col, path))
                 continue
-            merged = self.build(src, path)
+            merged = self.build(src, path, depth + 1 if listed else depth)
             for k, v in merged.items():
                 out.setdefault(k, v)
 
@@ -272,7 +298,8 @@ class _Builder:
             self._tag(node, path)
             return None
         try:
-            value = self._scalars.construct_object(node)
+            # the tag's constructor itself: what construct_object would call, without its bookkeeping
+            value = _CONSTRUCTORS[node.tag](self._scalars, node)
         except Exception:  # noqa: BLE001 - PyYAML's constructors fail in many ways on text they cannot read
             value = _UNREADABLE  # e.g. '!!int false', '!!bool maybe', or an integer of 5,000 digits
         if value is None and node.value not in _NULLS:
@@ -345,9 +372,20 @@ def load_yaml(text: str, file: str) -> tuple[Any, SourceMap, list[LoadIssue]]:
         raise YamlRejected(LoadIssue("TL102", f"YAML syntax error: {clip(str(exc))}", 1, 1, (), _SYNTAX_HINT)) from None
     if root is None:
         raise YamlRejected(LoadIssue("TL106", "the document is empty", 1, 1, (), "write a YAML mapping"))
-    refused = _check_expansion(root) if "*" in text else _check_depth(root)
-    if refused is not None:
-        raise YamlRejected(refused)
+    if "*" in text:
+        refused = _check_expansion(root)
+        if refused is not None:
+            raise YamlRejected(refused)
+    # without aliases every node is written once: the walk that builds the data bounds its depth,
+    # and the finding is the one the depth walk alone names (the same node, line and column)
     builder = _Builder(file)
-    data = builder.build(root, ())
+    too_deep, data = False, None
+    try:
+        data = builder.build(root, ())
+    except _TooDeep:
+        too_deep = True
+    if too_deep or builder.unwalked:
+        refused = _check_depth(root)
+        if refused is not None:
+            raise YamlRejected(refused)
     return data, builder.smap, builder.issues

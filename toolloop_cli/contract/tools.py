@@ -45,9 +45,10 @@ def compile_tool(
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous, runtime = _runtime_of(t, fn, at, col)
     sandbox = compile_sandbox(tid, t, at, root, col, "callable" if t.mcp is None else "mcp", asynchronous)
-    validators = _compile_schemas(t, at, col)
+    props, write_only = _properties(t)
+    validators = _compile_schemas(t, at, col, write_only)
     envelope = _envelope_of(t, at, col)
-    redact = _check_redaction(t, at, col)
+    redact = _check_redaction(t, at, col, props, write_only)
     writes_once = _check_retry(tid, t, at, col)
     if t.mcp is not None and not annotated:  # an MCP tool of unknown effect is a write (TL316)
         writes_once = effect in ("write", "destructive") and not idempotent
@@ -258,10 +259,22 @@ def _runtime_of(t: ToolDecl, fn: Any, at: tuple, col: Collector) -> tuple[bool, 
     return asynchronous, runtime
 
 
-def _compile_schemas(t: ToolDecl, at: tuple, col: Collector) -> dict[str, Any]:
-    """The input and output schemas meta-validated and compiled (None where absent or wrong)."""
+_SCHEMA_KEYS = ("input_schema", "output_schema")
+
+
+def _properties(t: ToolDecl) -> tuple[dict[str, list[tuple[str, str, dict, tuple]]], dict[str, list[str]]]:
+    """Each schema's properties (``schemas.iter_properties_at``) and its ``writeOnly`` pointers,
+    from one walk of it: the validators' masking and the redaction checks both read them."""
+    props = {key: list(schemas.iter_properties_at(getattr(t, key))) for key in _SCHEMA_KEYS}
+    write_only = {key: [ptr for _, ptr, sub, _ in found if sub.get("writeOnly") is True] for key, found in props.items()}
+    return props, write_only
+
+
+def _compile_schemas(t: ToolDecl, at: tuple, col: Collector, write_only: dict[str, list[str]]) -> dict[str, Any]:
+    """The input and output schemas meta-validated and compiled (None where absent or wrong);
+    ``write_only``: each schema's ``writeOnly`` pointers (a validator masks values when any)."""
     validators: dict[str, Any] = {}
-    for key in ("input_schema", "output_schema"):
+    for key in _SCHEMA_KEYS:
         schema = getattr(t, key)
         validators[key] = None
         if schema is None:
@@ -277,17 +290,18 @@ def _compile_schemas(t: ToolDecl, at: tuple, col: Collector) -> dict[str, Any]:
         if not ok:
             continue
         try:
-            validators[key] = schemas.compile_validator(schema, mask=bool(t.redact) or _has_write_only(schema))
+            validators[key] = schemas.compile_validator(schema, mask=bool(t.redact) or bool(write_only[key]))
         except Exception as exc:  # noqa: BLE001 - the validator library's own errors
             col.add("TL320", f"{key} does not compile: {clip((str(exc).splitlines() or [type(exc).__name__])[0])}",
                     at + (key,), "fix the keyword the message names")
     return validators
 
 
-def _check_redaction(t: ToolDecl, at: tuple, col: Collector) -> list[str]:
-    """The tool's redaction pointers (``redact`` and ``writeOnly`` properties), checked."""
+def _check_redaction(t: ToolDecl, at: tuple, col: Collector, props: dict[str, list[tuple[str, str, dict, tuple]]],
+                     write_only: dict[str, list[str]]) -> list[str]:
+    """The tool's redaction pointers (``redact`` and ``writeOnly`` properties), checked; ``props``:
+    each schema's properties (``schemas.iter_properties_at``), ``write_only`` its ``writeOnly`` pointers."""
     redact = list(t.redact)
-    write_only = [p for key in ("input_schema", "output_schema") for p in schemas.write_only_pointers(getattr(t, key))]
     for i, ptr in enumerate(t.redact):
         if not schemas.is_json_pointer(ptr):
             fix = f"write {quoted('/' + ptr)}" if not ptr.startswith("/") else "escape '~' as '~0' and '/' inside a key as '~1'"
@@ -296,15 +310,14 @@ def _check_redaction(t: ToolDecl, at: tuple, col: Collector) -> list[str]:
         if not (schemas.pointer_can_match(t.input_schema, ptr) or schemas.pointer_can_match(t.output_schema, ptr)):
             col.add("TL341", f"redact pointer {quoted(ptr)} can never match the input or output schema", at + ("redact", i),
                     "fix the pointer (e.g. to a declared property) or remove it", level="warning")
-    covering = list(t.redact) + write_only
-    for key in ("input_schema", "output_schema"):
-        schema = getattr(t, key)
-        for name, ptr, _sub, spath in schemas.iter_properties_at(schema):
+    covering = list(t.redact) + write_only["input_schema"] + write_only["output_schema"]
+    for key in _SCHEMA_KEYS:
+        for name, ptr, _sub, spath in props[key]:
             if schemas.looks_secret(name) and not any(schemas.pointer_covers(c, ptr) for c in covering):
                 col.add("TL342", f"property {quoted(name)} of {key} looks like a secret but is not redacted",
                         at + (key,) + spath, f"add {quoted(ptr)} to redact, or mark it writeOnly: true",
                         level="warning", at_key=True)
-        redact.extend(p for p in schemas.write_only_pointers(schema) if p not in redact)
+        redact.extend(p for p in write_only[key] if p not in redact)
     return redact
 
 
@@ -365,6 +378,3 @@ def _mcp_effect(tid: str, t: ToolDecl, at: tuple, col: Collector) -> tuple[str, 
             level="warning", at_key=True)
     return "write", t.idempotent, frozenset()
 
-
-def _has_write_only(schema: Any) -> bool:
-    return bool(schemas.write_only_pointers(schema))

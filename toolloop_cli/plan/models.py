@@ -1,13 +1,16 @@
 """Declaration types for plan files. Every mapping is closed."""
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: pydantic would compile every field's annotation
+# from its text when the classes are built, a cost every command that loads a file pays
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import Field, StrictStr
 
+from .._plugins import plugins_back, plugins_off
 from ..contract.models import Closed, NotifyDecl, Schema
 from ..router.supervisor import RULES
+
+_plugins = plugins_off()  # the classes below are built without pydantic's plugin loader
 
 MODE_KEYS = {
     "sequential": {"calls"},
@@ -116,3 +119,6 @@ class PlanDecl(Closed):
     guardrails: Optional[GuardrailsDecl] = None
     taint: Optional[TaintDecl] = None  # routed: writes after untrusted content
     notify: Optional[NotifyDecl] = None  # overrides the subagent's runner_defaults.notify
+
+
+plugins_back(_plugins)

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""Start-up figures of two toolloop trees side by side: each built as a wheel and installed with
+compiled bytecode (as bench/_install.py does), then the same command run for A, for B and for
+the bare baseline in turn, round after round (which side goes first alternating), CPU time of
+each whole process from wait4. A change smaller than the spread of one run against another on a
+shared machine shows only this way: as the median of the per-round B/A ratios.
+
+    git worktree add /tmp/before main          # or any checkout of the code before
+    python bench/bench_ab.py /tmp/before . --figure validate --rounds 11
+    python bench/bench_ab.py /tmp/before . --figure startup --rounds 11
+    python bench/bench_ab.py --floor            # what the CLI framework alone costs against the baselines
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _measure import load_text, run_child  # noqa: E402
+from bench_batch import APP, registry_text  # noqa: E402
+from bench_validate import write_big_registry  # noqa: E402
+
+BARE = {"startup": [sys.executable, "-c", "import trio, sqlite3, json"],
+        "validate": [sys.executable, "-c", "import sys, yaml; yaml.load(open(sys.argv[1], 'rb'), Loader=yaml.CSafeLoader)",
+                     "big/registry.yml"]}
+#: the baselines with the CLI framework's own imports added: typer parses every parameter through
+#: pydantic TypeAdapters, so a typer command line imports pydantic whatever the program does
+FLOOR = {"startup": "import trio, sqlite3, json, typer, typer._adapters, pydantic.main",
+         "validate": "import sys, yaml, typer, typer._adapters, pydantic.main; "
+                     "yaml.load(open(sys.argv[1], 'rb'), Loader=yaml.CSafeLoader)"}
+
+
+def install(src: Path, into: Path) -> dict:
+    wheels = into / "wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(src)], check=True)
+    site = into / "site"
+    with zipfile.ZipFile(next(wheels.glob("*.whl"))) as zf:
+        zf.extractall(site)
+    compileall.compile_dir(str(site), quiet=1)
+    return dict(os.environ, PYTHONPATH=str(site))
+
+
+def command(figure: str, d: Path) -> list[str]:
+    if figure == "startup":
+        return [sys.executable, "-m", "toolloop_cli", "run", "one.yml", "--format", "jsonl", "--state-dir", str(d / "state")]
+    return [sys.executable, "-m", "toolloop_cli", "validate", "big/registry.yml"]
+
+
+def prepare(d: Path) -> None:
+    (d / "benchapp.py").write_text(APP)
+    (d / "reg.yml").write_text(registry_text(d))
+    (d / "one.yml").write_text(
+        "version: 1\nregistry: reg.yml\nsubagent: b\nmode: sequential\ncalls:\n  - {tool: noop_async, args: {}}\n")
+    (d / "big").mkdir()
+    write_big_registry(d / "big" / "registry.yml", d / "big", 500)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("a", type=Path, nargs="?", help="the tree before")
+    ap.add_argument("b", type=Path, nargs="?", help="the tree after")
+    ap.add_argument("--figure", choices=("startup", "validate"), default="startup")
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--floor", action="store_true", help="the baselines against themselves with typer's imports")
+    opts = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="toolloop-ab-") as tmp:
+        d = Path(tmp)
+        prepare(d)
+        if opts.floor:
+            sides = {f"{f} baseline": (BARE[f], None) for f in BARE}
+            sides.update({f"{f} baseline + typer's imports": ([*BARE[f][:2], FLOOR[f], *BARE[f][3:]], None) for f in FLOOR})
+        else:
+            if opts.a is None or opts.b is None:
+                ap.error("name the two trees, or --floor")
+            (d / "a").mkdir(), (d / "b").mkdir()
+            sides = {"A": (command(opts.figure, d / "a"), install(opts.a, d / "a")),
+                     "B": (command(opts.figure, d / "b"), install(opts.b, d / "b")),
+                     "bare": (BARE[opts.figure], None)}
+        cpu: dict[str, list[float]] = {k: [] for k in sides}
+        for r in range(opts.rounds + 1):  # round 0 warms the page cache and the state folders
+            for k in (list(sides) if r % 2 else list(sides)[::-1]):
+                cmd, env = sides[k]
+                used = run_child(cmd, d, env=env)
+                if r:
+                    cpu[k].append(used.cpu * 1000)
+        print(load_text())
+        for k, v in cpu.items():
+            print(f"  {k}: {statistics.median(v):.0f} ms CPU (median of {opts.rounds})")
+        if not opts.floor:
+            a, b, bare = (statistics.median(cpu[k]) for k in ("A", "B", "bare"))
+            per = statistics.median(y / x for x, y in zip(cpu["A"], cpu["B"]))
+            print(f"  A / bare {a / bare:.2f}x, B / bare {b / bare:.2f}x; B / A per round: median {per:.3f}")
+
+
+if __name__ == "__main__":
+    main()
