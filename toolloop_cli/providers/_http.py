@@ -9,6 +9,7 @@ credentials (httpx honours both).
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .._text import escape, excerpt
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # imported when a request is made, not when the CLI starts
 MESSAGE_CHARS = 160
 
 
+@functools.lru_cache(maxsize=64)  # asked for every request's messages; parsing is a tenth of a turn
 def shown_url(url: str) -> str:
     """Scheme, host and port only: no user info, path or query in any message."""
     import httpx
