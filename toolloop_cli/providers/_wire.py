@@ -1,5 +1,5 @@
 """A lean HTTP/1.1 exchange for the providers: one POST on a kept-alive connection, the whole
-body read at once, with h11 over trio's streams.
+body read at once, with h11 over anyio's streams (trio's, under the engine).
 
 A routed run asks its model once a turn, so the request path is a large part of a turn's own
 cost: httpx's async client (its request building, auth and redirect layers, the connection
@@ -17,13 +17,15 @@ request header (where the key is).
 from __future__ import annotations
 
 import os
+import select
 import zlib
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import h11
-import trio
+from anyio.abc import SocketAttribute
 
 #: environment variables that route a request through a proxy (httpx reads them): such a
 #: request goes through httpx, which honours them
@@ -82,7 +84,7 @@ class Wire:
     async def post(self, path: str, headers: dict[str, str], body: bytes, timeout_s: float) -> WireReply:
         """POST ``body`` to ``path`` (under the base URL's path) and read the whole reply."""
         request = self._request(path, headers, body)
-        with trio.move_on_after(timeout_s) as scope:
+        with anyio.move_on_after(timeout_s) as scope:
             conn = await self._take()
             try:
                 reply = await conn.exchange(request, body)
@@ -117,21 +119,23 @@ class Wire:
 
     async def _open(self) -> _Conn:
         try:
-            stream: Any = await trio.open_tcp_stream(self._host, self._port)
+            stream: Any = await anyio.connect_tcp(self._host, self._port)
         except OSError as exc:
             raise WireError("transport", str(exc)) from exc
-        sock = stream.socket
+        sock = stream.extra(SocketAttribute.raw_socket)
         if self._tls:
+            from anyio.streams.tls import TLSStream
+
             if self._ssl is None:
                 import httpx
 
                 self._ssl = httpx.create_ssl_context()  # the trust httpx would use
-            stream = trio.SSLStream(stream, self._ssl, server_hostname=self._host, https_compatible=True)
             try:
-                await stream.do_handshake()
-            except (trio.BrokenResourceError, OSError) as exc:
-                await trio.aclose_forcefully(stream)
-                raise WireError("transport", str(exc.__cause__ or exc)) from exc
+                stream = await TLSStream.wrap(stream, ssl_context=self._ssl, hostname=self._host,
+                                              standard_compatible=False)
+            except (anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
+                await anyio.aclose_forcefully(stream)
+                raise WireError("transport", str(exc.__cause__ or exc) or type(exc).__name__) from exc
         return _Conn(stream, sock)
 
     async def aclose(self) -> None:
@@ -150,8 +154,12 @@ class _Conn:
         """An idle connection the server has not closed: nothing is readable on it (a closed
         one reads as end of file)."""
         try:
-            return not self.sock.is_readable()
-        except OSError:
+            if not hasattr(select, "poll"):  # Windows
+                return not select.select([self.sock], [], [], 0)[0]
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            return not poller.poll(0)
+        except (OSError, ValueError):  # closed already
             return False
 
     def reusable(self) -> bool:
@@ -162,18 +170,22 @@ class _Conn:
         return False
 
     async def close(self) -> None:
-        await trio.aclose_forcefully(self.stream)
+        await anyio.aclose_forcefully(self.stream)
 
     async def exchange(self, request: h11.Request, body: bytes) -> WireReply:
         conn = self.h11
         try:
-            await self.stream.send_all(conn.send(request) + conn.send(h11.Data(data=body))
-                                       + conn.send(h11.EndOfMessage()))
+            await self.stream.send(conn.send(request) + conn.send(h11.Data(data=body))
+                                   + conn.send(h11.EndOfMessage()))
             status, headers, chunks = 0, {}, []
             while True:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    conn.receive_data(await self.stream.receive_some(READ_SIZE))
+                    try:
+                        data = await self.stream.receive(READ_SIZE)
+                    except anyio.EndOfStream:
+                        data = b""
+                    conn.receive_data(data)
                 elif isinstance(event, h11.Data):
                     chunks.append(event.data)
                 elif isinstance(event, h11.Response):
@@ -184,7 +196,7 @@ class _Conn:
                 elif isinstance(event, h11.ConnectionClosed):
                     raise WireError("transport", "the server closed the connection before the reply ended")
                 # an informational (1xx) response is passed over
-        except (h11.ProtocolError, trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+        except (h11.ProtocolError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
             raise WireError("transport", str(exc.__cause__ or exc) or type(exc).__name__) from exc
         content = b"".join(chunks)
         encoding = headers.get("content-encoding", "").strip().lower()
