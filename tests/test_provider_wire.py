@@ -5,13 +5,17 @@ timeout; and the cases left to httpx (a proxy in the environment, credentials in
 
 from __future__ import annotations
 
+import datetime
 import gzip
+import ipaddress
 import json
+import ssl
 
 import pytest
 import trio
 
 from toolloop_cli.providers import ModelRequest, Profile, ProviderError, make_provider
+from toolloop_cli.providers import _wire
 from toolloop_cli.providers._wire import lean_ok
 
 KEY = "sk-wire-NEVER-SHOWN-77"
@@ -41,19 +45,24 @@ class RawServer:
         return b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n%s" % (
             len(body), extra, body)
 
-    async def serve(self, nursery: trio.Nursery) -> None:
+    async def serve(self, nursery: trio.Nursery, tls: ssl.SSLContext | None = None) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         self.port = listeners[0].socket.getsockname()[1]
+        if tls is not None:
+            listeners = [trio.SSLListener(listener, tls, https_compatible=True) for listener in listeners]
         nursery.start_soon(trio.serve_listeners, self._handle, listeners)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
+    async def _handle(self, stream: trio.abc.Stream) -> None:
         self.connections += 1
         conn = self.connections
         buf = b""
         async with stream:
             while True:
                 while b"\r\n\r\n" not in buf:
-                    data = await stream.receive_some(65536)
+                    try:
+                        data = await stream.receive_some(65536)
+                    except trio.BrokenResourceError:  # a client that refused our certificate
+                        return
                     if not data:
                         return
                     buf += data
@@ -79,8 +88,8 @@ class RawServer:
                     return
 
 
-def provider(server: RawServer):
-    return make_provider(Profile("openai", "m", base_url=f"http://127.0.0.1:{server.port}/v1", api_key_env="K"),
+def provider(server: RawServer, scheme: str = "http"):
+    return make_provider(Profile("openai", "m", base_url=f"{scheme}://127.0.0.1:{server.port}/v1", api_key_env="K"),
                          env={"K": KEY})
 
 
@@ -88,13 +97,13 @@ def request() -> ModelRequest:
     return ModelRequest(messages=[{"role": "user", "content": "go"}], model="m", json_mode=True)
 
 
-def run(test) -> RawServer:
+def run(test, tls: ssl.SSLContext | None = None) -> RawServer:
     server = RawServer()
 
     async def main():
         async with trio.open_nursery() as nursery:
-            await server.serve(nursery)
-            p = provider(server)
+            await server.serve(nursery, tls)
+            p = provider(server, "https" if tls is not None else "http")
             try:
                 await test(server, p)
             finally:
@@ -250,3 +259,59 @@ def test_a_key_http_cannot_carry_is_refused_without_quoting_it():
 ])
 def test_what_is_left_to_httpx(url, env, lean):
     assert lean_ok(url, env) is lean
+
+
+def _self_signed(tmp_path) -> tuple[ssl.SSLContext, str]:
+    """A server context for 127.0.0.1 with a self-signed certificate, and the certificate's path."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert_file, key_file)
+    return ctx, str(cert_file)
+
+
+def test_https_verifies_the_server_as_httpx_does_and_keeps_the_connection(tmp_path, monkeypatch):
+    server_ctx, cert = _self_signed(tmp_path)
+    errors, got = [], []
+
+    async def untrusted(server, p):
+        server.script = []
+        with pytest.raises(ProviderError) as exc:
+            await p.complete(request(), 10)
+        errors.append(exc.value)
+
+    _wire._tls_context.cache_clear()
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    assert run(untrusted, server_ctx).requests == []  # nothing is sent to a server not trusted
+    (err,) = errors
+    assert err.kind == "connection" and "CERTIFICATE_VERIFY_FAILED" in err.message
+
+    async def trusted(server, p):
+        server.script = [lambda n, body: server.ok(f"secure {n}")] * 2
+        for _ in range(2):
+            got.append((await p.complete(request(), 10)).text)
+
+    _wire._tls_context.cache_clear()
+    monkeypatch.setenv("SSL_CERT_FILE", cert)  # the roots httpx trusts from the environment
+    try:
+        server = run(trusted, server_ctx)
+    finally:
+        _wire._tls_context.cache_clear()
+    assert got == ["secure 1", "secure 2"] and server.connections == 1

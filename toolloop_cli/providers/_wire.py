@@ -16,6 +16,7 @@ request header (where the key is).
 
 from __future__ import annotations
 
+import functools
 import os
 import select
 import zlib
@@ -79,7 +80,6 @@ class Wire:
         self._host_header = host if default else f"{host}:{self._port}"
         self._path_prefix = parts.path.rstrip("/")
         self._idle: list[_Conn] = []
-        self._ssl: Any = None
 
     async def post(self, path: str, headers: dict[str, str], body: bytes, timeout_s: float) -> WireReply:
         """POST ``body`` to ``path`` (under the base URL's path) and read the whole reply."""
@@ -126,12 +126,8 @@ class Wire:
         if self._tls:
             from anyio.streams.tls import TLSStream
 
-            if self._ssl is None:
-                import httpx
-
-                self._ssl = httpx.create_ssl_context()  # the trust httpx would use
             try:
-                stream = await TLSStream.wrap(stream, ssl_context=self._ssl, hostname=self._host,
+                stream = await TLSStream.wrap(stream, ssl_context=_tls_context(), hostname=self._host,
                                               standard_compatible=False)
             except (anyio.BrokenResourceError, anyio.EndOfStream, OSError) as exc:
                 await anyio.aclose_forcefully(stream)
@@ -142,6 +138,16 @@ class Wire:
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
+
+
+@functools.lru_cache(maxsize=1)
+def _tls_context() -> Any:
+    """The trust httpx would use (certifi's roots, or SSL_CERT_FILE / SSL_CERT_DIR), built once
+    a process: loading the roots costs tens of milliseconds, and every run (a child run too)
+    makes its own providers."""
+    import httpx
+
+    return httpx.create_ssl_context()
 
 
 class _Conn:
