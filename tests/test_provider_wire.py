@@ -256,6 +256,7 @@ def test_a_key_http_cannot_carry_is_refused_without_quoting_it():
     ("http://127.0.0.1:8000/v1", {"HTTP_PROXY": ""}, True),
     ("http://user:pw@127.0.0.1:8000/v1", {}, False),
     ("ftp://127.0.0.1/v1", {}, False),
+    ("http://127.0.0.1:99999/v1", {}, False),
 ])
 def test_what_is_left_to_httpx(url, env, lean):
     assert lean_ok(url, env) is lean

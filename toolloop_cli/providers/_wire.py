@@ -60,6 +60,7 @@ def lean_ok(base_url: str, env: Any = None) -> bool:
     env = os.environ if env is None else env
     try:
         parts = urlsplit(base_url)
+        parts.port  # a port out of range: httpx says what is wrong with the URL
     except ValueError:
         return False
     if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
@@ -107,7 +108,8 @@ class Wire:
         try:
             return h11.Request(method="POST", target=(self._path_prefix + path).encode(), headers=fields)
         except h11.LocalProtocolError:  # its message would quote the header, which may be the key
-            raise WireError("transport", "a request header holds characters HTTP does not allow") from None
+            raise WireError("transport", "the request's path or one of its headers holds characters HTTP does not"
+                                         " allow") from None
 
     async def _take(self) -> _Conn:
         while self._idle:
