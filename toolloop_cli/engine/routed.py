@@ -32,6 +32,7 @@ from typing import Any
 import trio
 
 from .._canonical import sha256_of
+from .._request_delta import RequestChain
 from ..plan.admit import AdmittedPlan
 from ..receipts import Receipt
 from ..router.closeout import route_of
@@ -85,6 +86,7 @@ class RoutedRunner(FinalAnswer):
         # whether the model was shown untrusted content: the gates read it (a child starts with its parent's)
         self.taint = RunTaint(self.spec.taint_on_write, parent=parent_taint)
         self._prompt = RouterPrompt(self.spec.prompts)  # each observation rendered once, then kept
+        self._requests = RequestChain()  # the journal form of each request: a delta against the last
         self.steer: list[str] = []
         self.ran: set[tuple[str, str]] = set()  # (tool, args hash) of calls that went through the gate
         self.seq = 0
@@ -583,7 +585,8 @@ class RoutedRunner(FinalAnswer):
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
             rec = {**rec, "text": without_proposed_secrets(rec["text"], self._tool, self.handle.ctx.redactor, self._secrets)}
-        self.handle.model_answer(scrub_record(rec, self._secrets))
+        # the request as what it adds to the one before (``_request_delta.py``): O(n) text a run
+        self.handle.model_answer(self._requests.journal_form(scrub_record(rec, self._secrets)))
         self._unsynced = True
 
     def _withheld(self, decision: Decision, answer: Any, it: int) -> bool:

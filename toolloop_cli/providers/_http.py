@@ -1,12 +1,15 @@
-"""HTTP plumbing shared by the openai and anthropic providers: one httpx client per provider,
-one POST per request, every failure mapped to a ``ProviderError`` that never holds the key.
+"""HTTP plumbing shared by the openai and anthropic providers: one POST per request, every
+failure mapped to a ``ProviderError`` that never holds the key.
 
-httpx is used directly (not a vendor SDK): a single request with no hidden retries, so the
-engine's runner owns retries and the loop's deadline, and it runs under trio through anyio.
+No vendor SDK: a single request with no hidden retries, so the engine's runner owns retries and
+the loop's deadline. A request goes over the provider's own kept-alive connection (``_wire.py``,
+h11 on trio), or through httpx's client when the environment names a proxy or the URL holds
+credentials (httpx honours both).
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .._text import escape, excerpt
@@ -15,9 +18,12 @@ from .base import ModelRequest, Profile, ProviderError, parse_retry_after
 if TYPE_CHECKING:  # imported when a request is made, not when the CLI starts
     import httpx
 
+    from ._wire import Wire, WireReply
+
 MESSAGE_CHARS = 160
 
 
+@functools.lru_cache(maxsize=64)  # asked for every request's messages; parsing is a tenth of a turn
 def shown_url(url: str) -> str:
     """Scheme, host and port only: no user info, path or query in any message."""
     import httpx
@@ -49,7 +55,9 @@ class HttpProvider:
         self._profile = profile
         self._env = env
         self._base_url = (profile.base_url or self.default_base_url).rstrip("/")
-        self._client: Any = None
+        self._client: Any = None  # httpx's, made on first use when the lean path is not taken
+        self._wire: Wire | None = None  # the lean path's connections (``_wire.py``), made on first use
+        self._lean: bool | None = None  # whether requests take the lean path, known at the first
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self._profile.model!r}, base_url={shown_url(self._base_url)!r})"
@@ -70,31 +78,27 @@ class HttpProvider:
         return key
 
     async def aclose(self) -> None:
+        if self._wire is not None:
+            wire, self._wire = self._wire, None
+            await wire.aclose()
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
 
     async def _post(self, path: str, headers: dict[str, str], body: dict[str, Any], timeout_s: float, secret: str | None) -> dict[str, Any]:
-        import httpx
         import orjson
 
-        if self._client is None:
-            self._client = httpx.AsyncClient(follow_redirects=False)
         url = self._base_url + path
         where = shown_url(url)
-        try:
-            resp = await self._client.post(url, headers={**headers, "content-type": "application/json"},
-                                           content=orjson.dumps(body), timeout=timeout_s)
-        except httpx.TimeoutException:
-            raise ProviderError("connection", f"the server {where} sent no reply within {timeout_s:g} s") from None
-        except httpx.TransportError as exc:
-            if _refused(exc):
-                raise ProviderError("connection", f"the server {where} refused the connection") from None
-            detail = clean(str(exc), secret) or type(exc).__name__
-            raise ProviderError("connection", f"cannot reach the server {where}: {detail}") from None
-        except httpx.HTTPError as exc:  # a reply httpx cannot read (a bad content encoding, ...)
-            detail = clean(str(exc), secret) or type(exc).__name__
-            raise ProviderError("bad_reply", f"the server {where} sent a reply that cannot be read: {detail}") from None
+        headers = {**headers, "content-type": "application/json"}
+        if self._lean is None:
+            from ._wire import lean_ok
+
+            self._lean = lean_ok(self._base_url)  # the process's environment, as httpx reads it
+        if self._lean:
+            resp: Any = await self._post_lean(path, headers, orjson.dumps(body), timeout_s, secret, where)
+        else:
+            resp = await self._post_httpx(url, headers, orjson.dumps(body), timeout_s, secret, where)
         status = resp.status_code
         if status >= 400:
             retry_after = parse_retry_after(resp.headers.get("retry-after"))
@@ -113,6 +117,46 @@ class HttpProvider:
             raise ProviderError("bad_reply", f"the server {where} answered with JSON that is not an object",
                                 status=status)
         return data
+
+    async def _post_lean(self, path: str, headers: dict[str, str], content: bytes, timeout_s: float,
+                         secret: str | None, where: str) -> WireReply:
+        """The usual path: a kept-alive connection of this provider's own (``_wire.py``)."""
+        from ._wire import Wire, WireError
+
+        if self._wire is None:
+            self._wire = Wire(self._base_url)
+        try:
+            return await self._wire.post(path, headers, content, timeout_s)
+        except WireError as exc:
+            if exc.kind == "timeout":
+                raise ProviderError("connection", f"the server {where} sent no reply within {timeout_s:g} s") from None
+            detail = clean(str(exc), secret) or type(exc).__name__
+            if exc.kind == "decode":
+                raise ProviderError("bad_reply", f"the server {where} sent a reply that cannot be read: {detail}") from None
+            if _refused(exc):
+                raise ProviderError("connection", f"the server {where} refused the connection") from None
+            raise ProviderError("connection", f"cannot reach the server {where}: {detail}") from None
+
+    async def _post_httpx(self, url: str, headers: dict[str, str], content: bytes, timeout_s: float,
+                          secret: str | None, where: str) -> Any:
+        """Through httpx's client: for a server behind a proxy the environment names, or with
+        credentials in its URL, which httpx honours."""
+        import httpx
+
+        if self._client is None:
+            self._client = httpx.AsyncClient(follow_redirects=False)
+        try:
+            return await self._client.post(url, headers=headers, content=content, timeout=timeout_s)
+        except httpx.TimeoutException:
+            raise ProviderError("connection", f"the server {where} sent no reply within {timeout_s:g} s") from None
+        except httpx.TransportError as exc:
+            if _refused(exc):
+                raise ProviderError("connection", f"the server {where} refused the connection") from None
+            detail = clean(str(exc), secret) or type(exc).__name__
+            raise ProviderError("connection", f"cannot reach the server {where}: {detail}") from None
+        except httpx.HTTPError as exc:  # a reply httpx cannot read (a bad content encoding, ...)
+            detail = clean(str(exc), secret) or type(exc).__name__
+            raise ProviderError("bad_reply", f"the server {where} sent a reply that cannot be read: {detail}") from None
 
 
 def _refused(exc: BaseException) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import _json
+from .._request_delta import rebuilt
 from ..chain import EMPTY_SHA256, RESET, Link, link_sha256, record_sha256
 from ..errors import StateError
 from .db import MODEL_ANSWER, RECEIPT, Connection, Database, dumps, naming_the_run, parse_object
@@ -159,7 +160,8 @@ class Records(Database):
         with self._lock:
             rows = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
                                    (run_id,)).fetchall()
-        return [_record("model_answer", n, text) for n, text in rows]
+        # a request journaled as a delta against an earlier one is given back whole
+        return rebuilt(_record("model_answer", n, text) for n, text in rows)
 
     # --- the hash chain ---------------------------------------------------------------
     def chain_head(self, run_id: str) -> str | None:
