@@ -154,9 +154,9 @@ _RETURNS: trio.lowlevel.RunVar[_Returns] = trio.lowlevel.RunVar("toolloop_thread
 
 class _Pool:
     """Threads that take calls from one queue. ``idle`` counts the threads waiting on it that no
-    call has claimed yet; a call that finds none starts a thread, so it never queues behind a busy
-    one. Both sides change ``idle`` and the queue under one lock, so a thread that gives up
-    waiting never leaves a call behind."""
+    call has claimed yet; a call that finds none starts a thread of its own, so it never queues
+    behind a busy one. A call claims a thread and is queued under one lock, under which a thread
+    that waited long enough ends only if the queue is empty, so no call is ever left behind."""
 
     def __init__(self) -> None:
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
@@ -169,27 +169,28 @@ class _Pool:
                 self.idle -= 1
                 self.jobs.put(job)
                 return
-        # no thread idle: a new one, started before the call is queued (if it cannot start,
-        # nothing is left in the queue)
-        threading.Thread(target=self._work, name="toolloop call", daemon=True).start()
-        self.jobs.put(job)
+        # no thread idle: a new one, given this call as its first (if it cannot start, nothing
+        # is left behind in the queue)
+        threading.Thread(target=self._work, args=(job,), name="toolloop call", daemon=True).start()
 
-    def _work(self) -> None:
+    def _work(self, job: _Job) -> None:
         jobs, lock = self.jobs, self.lock
         while True:
-            try:
-                job = jobs.get(timeout=IDLE_S)
-            except queue.Empty:
-                with lock:
-                    if jobs.empty():
-                        self.idle -= 1
-                        return
-                continue
             _run_job(job)
             run = job.run
             with lock:
                 self.idle += 1
             run.deliver(job)
+            del job, run  # an idle thread keeps nothing of the call it ran
+            while True:
+                try:
+                    job = jobs.get(timeout=IDLE_S)
+                    break
+                except queue.Empty:
+                    with lock:
+                        if jobs.empty():
+                            self.idle -= 1
+                            return
 
 
 def _run_job(job: _Job) -> None:
