@@ -18,8 +18,9 @@ any other. A worker that goes away before it replies (killed, out of memory, its
 The App root is shipped with the run's Ray job as its ``working_dir``; the task function itself is
 pickled by value, so the workers need Ray and the App's own dependencies, not toolloop.
 
-One thread per call in flight waits on Ray's blocking iterator; there are never more of them than
-calls in flight, which the lanes bound (``max_concurrency``).
+The start report and the reply reach the event loop through callbacks that Ray's own thread makes
+as each arrives, so no thread waits per call (with a Ray too old to give a task's items ahead, one
+thread per call in flight waits on Ray's blocking iterator, bounded by ``max_concurrency``).
 
 Joining a cluster is bounded (``TOOLLOOP_RAY_CONNECT_TIMEOUT_S``, 30 s by default) and never deaf
 to signals: ``ray.init`` runs in a thread of its own (``_Owner``) while the caller waits where
@@ -40,6 +41,7 @@ import threading
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, AsyncIterator, Callable, Iterator
 
+import outcome
 import trio
 
 from ..._text import excerpt
@@ -293,39 +295,6 @@ class _Owner:
             self.stopped.wait()
 
 
-def _in_thread(fn: Any, deadline_s: float | None) -> None:
-    """``fn()`` in a daemon thread, waited for here at most ``deadline_s`` seconds (None: as long as
-    it takes). Ray's connect blocks in native code that never lets a signal through, so it runs
-    apart and this thread waits where Ctrl-C and SIGTERM (KeyboardInterrupt) still arrive; a
-    connect given up on is left behind (the process is about to end)."""
-    box: dict[str, BaseException] = {}
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as exc:  # noqa: BLE001 - raised again in the waiting thread
-            box["exc"] = exc
-        finally:
-            done.set()
-
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def interrupt(_sig: int, _frame: Any) -> None:
-            raise KeyboardInterrupt
-
-        previous = signal.signal(signal.SIGTERM, interrupt)  # 130, as Ctrl-C
-    try:
-        threading.Thread(target=target, name="toolloop ray connect", daemon=True).start()
-        if not done.wait(deadline_s):
-            raise _ConnectTimedOut()
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    if "exc" in box:
-        raise box["exc"]
-
-
 class RayConnection:
     """The run's Ray job: connected (or a local Ray started) when the run opens its executors,
     disconnected (or stopped) when it ends. A process already connected to Ray (a program that
@@ -437,9 +406,26 @@ class RayConnection:
                 await trio.to_thread.run_sync(self.close)
 
 
+def _stream_refs(gen: Any) -> Any:
+    """The refs of a call task's two items (its start report and its reply), without taking them
+    from the stream, or None where this Ray cannot say them ahead (then a thread follows)."""
+    peek = getattr(gen, "_get_next_ref_n", None)
+    if peek is None:
+        return None
+    try:
+        refs = peek(2)
+    except Exception:  # noqa: BLE001 - another Ray's private helper: follow with a thread
+        return None
+    if len(refs) != 2 or not all(hasattr(r, "_on_completed") for r in refs):
+        return None
+    return refs
+
+
 class _Task:
-    """One call's Ray task, followed by a thread that waits on Ray's blocking iterator and
-    reports the start and the reply to the event loop."""
+    """One call's Ray task. Its start report and its reply reach the event loop through callbacks
+    Ray's own thread makes when each item arrives (one thread serves every call in flight); where
+    this Ray cannot give the items' refs ahead, a thread per call waits on Ray's blocking
+    iterator instead."""
 
     def __init__(self, ray: Any, gen: Any):
         self.ray = ray
@@ -450,14 +436,33 @@ class _Task:
         self.reply: Any = None  # outcome.Value of the reply tuple, or outcome.Error
         token = trio.lowlevel.current_trio_token()
 
-        def soon(fn: Any) -> None:
+        def soon(fn: Any, *args: Any) -> None:
             try:
-                token.run_sync_soon(fn)
+                token.run_sync_soon(fn, *args)
             except trio.RunFinishedError:
                 pass
 
         self._soon = soon
-        trio.lowlevel.start_thread_soon(self._follow, self._deliver, name="toolloop ray call")
+        refs = _stream_refs(gen)
+        if refs is None:
+            trio.lowlevel.start_thread_soon(self._follow, self._deliver, name="toolloop ray call")
+            return
+        # called on Ray's thread with the item's value, or the exception it holds
+        refs[0]._on_completed(lambda value: soon(self._on_start, value))
+        refs[1]._on_completed(lambda value: soon(self._on_reply, value))
+
+    def _on_start(self, value: Any) -> None:
+        if isinstance(value, BaseException):  # the task failed before it started
+            self._on_reply(value)
+            return
+        self.pid = value
+        self.started.set()
+
+    def _on_reply(self, value: Any) -> None:
+        if self.done.is_set():  # the start's failure ended it already
+            return
+        self.reply = outcome.Error(value) if isinstance(value, BaseException) else outcome.Value(value)
+        self._end()
 
     def _follow(self) -> Any:
         self.pid = self.ray.get(next(self.gen))
