@@ -187,21 +187,11 @@ def scrub_record(rec: dict, secrets: Any) -> dict:
 _CREDENTIAL_VARS = ("TOOLLOOP_SERVE_TOKEN", "TOOLLOOP_MCP_TOKEN")
 
 
-#: credentials this process holds that no variable above names (``toolloop serve``'s users'
-#: tokens, a token it made up): every run the process starts or resumes scrubs them too
-_HELD: set[str] = set()
-
-
-def hold_credentials(values: Iterable[str]) -> None:
-    """Make ``values`` credentials of every run this process starts or resumes from now on."""
-    _HELD.update(v for v in values if v)
-
-
 def run_credentials(contract: Any, environ: Any) -> list[str]:
     """The credential values a run of ``contract`` reads: its MCP servers' header values (and the
     token inside each ``Bearer TOKEN``), toolloop's own tokens and those the process holds. Model
     keys are added by the routed runner, which knows its profiles."""
-    from .._secrets import credential_parts
+    from .._secrets import credential_parts, held_credentials
     from ..contract.mcp import secrets as header_secrets
 
     decls = [t.mcp for s in contract.subagents.values() for t in s.tools.values() if t.mcp is not None]
@@ -209,7 +199,7 @@ def run_credentials(contract: Any, environ: Any) -> list[str]:
     for var in _CREDENTIAL_VARS:
         if environ.get(var):
             found.extend(credential_parts(environ[var]))
-    found.extend(_HELD)
+    found.extend(held_credentials())
     return found
 
 

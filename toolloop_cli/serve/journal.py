@@ -48,8 +48,7 @@ class Journal:
     def hold_tokens(self, tokens: list[str]) -> None:
         """The people's tokens are secrets: of every run this server resumes (a tool that echoes
         one), and of what a person types (a message keeps a marker in its place)."""
-        from .._secrets import Scrubber, credential_parts
-        from ..engine.redact import hold_credentials
+        from .._secrets import Scrubber, credential_parts, hold_credentials
 
         parts = [part for token in tokens for part in credential_parts(token)]
         hold_credentials(parts)
