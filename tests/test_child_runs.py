@@ -323,3 +323,66 @@ def test_a_parent_replays_its_child_from_the_recording_and_a_child_replays_on_it
     alone = cli("replay", child, "--format", "jsonl")  # its context from the journal
     assert alone.returncode == 0, alone.stderr.decode()
     assert b"no difference" in alone.stderr and len(model_server.requests) == asked
+
+
+def test_a_child_still_running_when_its_parent_ends_is_cancelled_with_its_summary_and_the_receipt_says_so(
+        tmp_path, model_server, cli):
+    import subprocess
+    import sys
+    import threading
+
+    from modelserver import Reply
+
+    registry(tmp_path)
+    child_plan(tmp_path, model_server, "research.yml", "[echo]")
+    child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
+    p = profile(model_server)
+    write(tmp_path / "parent.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Ask the researcher.
+        allowed_tools: [research]
+        router_profile: {p}
+        final_profile: {p}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 600}}
+        final_schema: {{type: object}}
+    """)
+    arrived, release = threading.Event(), threading.Event()
+
+    def held(_request):  # the child's first model request: the child is running
+        arrived.set()
+        release.wait(120)
+        return Reply(call("echo", {"late": True}))
+
+    model_server.script(call("research", {"question": "why?"}), Reply(handler=held))
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "run", "parent.yml", "--format", "jsonl"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**__import__("os").environ, "TL_TEST_KEY": KEY})
+    try:
+        while not arrived.wait(0.2):  # the parent runs until its child asks the model
+            assert proc.poll() is None, proc.communicate()[1].decode()
+        runs = jsonl(cli("runs", "list", "--format", "jsonl").stdout)
+        parent = next(r["run_id"] for r in runs if r["parent_run_id"] is None)
+        child = next(r["run_id"] for r in runs if r["parent_run_id"] == parent)
+        assert cli("abort", parent, "--message", "enough").returncode == 0
+        out, err = proc.communicate(timeout=120)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    records = jsonl(out)
+    summary = records[-1]
+    assert summary["outcome"] == "aborted", err.decode()
+    (receipt,) = [r for r in records if r["type"] == "receipt"]
+    assert receipt["tool"] == "research" and receipt["status"] == "cancelled"
+    assert receipt["child_run_id"] == child
+    assert f"its child run {child} was cancelled with it and ended interrupted" in receipt["error"]["message"]
+    # the child is no longer running: it ended interrupted, with its summary journaled
+    ended = run_record(tmp_path, child)
+    assert ended["status"] == "interrupted" and ended["summary"]["status"] == "interrupted"
+    assert ended["summary"]["parent_run_id"] == parent
+    listed = {r["run_id"]: r["status"] for r in jsonl(cli("runs", "list", "--format", "jsonl").stdout)}
+    assert listed[child] == "interrupted"
