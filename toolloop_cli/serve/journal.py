@@ -133,6 +133,8 @@ class Journal:
         row = self.store.approval(rid, item_key, call_key)
         if row is None:
             raise Refused(404, f"no {where} waits for approval in run {rid}")
+        if row["state"] == "expired":
+            raise Refused(410, f"{where} of run {rid} is gone: {row['message']}")
         if row["state"] != "pending":
             raise Refused(409, f"{where} of run {rid} was answered already; nothing changed")
         stored, typed = None, []
