@@ -623,3 +623,15 @@ def test_a_taint_gate_holds_a_write_whatever_its_own_gate_says(tmp_path):
     assert after["status"] == "denied" and after["approval"]["decision"] == "rejected"
     assert after["error"]["message"] == ("tool 'pay' needs approval (after untrusted content from inbox at turn 2):"
                                          " rejected by --approve none")
+
+
+def test_the_line_that_says_a_call_waits_names_the_taint_gate(tmp_path, cli):
+    env = {"DEMO_OUTBOX": str(tmp_path / "outbox.jsonl")}
+    paused = cli("run", INBOX, "--format", "jsonl", env=env)
+    assert paused.returncode == 4, paused.stderr.decode()
+    from conftest import jsonl
+
+    rid = jsonl(paused.stdout)[-1]["run_id"]
+    assert (f"call 3 waits for approval (after untrusted content from inbox at turn 1): toolloop approve {rid} 3"
+            " --approve|--reject") in paused.stderr.decode()
+
