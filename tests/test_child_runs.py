@@ -386,3 +386,81 @@ def test_a_child_still_running_when_its_parent_ends_is_cancelled_with_its_summar
     assert ended["summary"]["parent_run_id"] == parent
     listed = {r["run_id"]: r["status"] for r in jsonl(cli("runs", "list", "--format", "jsonl").stdout)}
     assert listed[child] == "interrupted"
+
+
+def test_a_childs_running_call_gets_its_receipt_when_the_parents_time_runs_out(tmp_path):
+    # the parent's timeout_s runs out (on the mock clock) while its child's call sleeps: the child's
+    # call is cut short with its receipt, the child ends interrupted, and the parent's receipt says so
+    import trio.testing
+
+    from toolloop_cli.engine.run import RunOptions, execute_plan
+    from toolloop_cli.plan.admit import admit_plan
+    from toolloop_cli.store import Store
+
+    def fixture(name: str, *texts: str) -> str:
+        lines = [json.dumps({"type": "model_answer", "n": i, "role": "router", "model": "m", "text": t,
+                             "input_tokens": 1, "output_tokens": 1}) for i, t in enumerate(texts, start=1)]
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        return f"{{provider: replay, fixture: {name}}}"
+
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{max_depth: 1, tool_timeout_s: 300}}
+            tools:
+              nap:
+                callable: testapp.tools:sleep_async
+                description: Sleeps on the event loop.
+                input_schema: {{type: object, required: [seconds], properties: {{seconds: {{type: number}}}}}}
+                output_schema: {{}}
+              research:
+                plan: research.yml
+                description: Research one question and return an answer.
+    """)
+    child = fixture("child.jsonl", call("nap", {"seconds": 100}))
+    write(tmp_path / "research.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Research one question.
+        allowed_tools: [nap]
+        router_profile: {child}
+        final_profile: {child}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 600}}
+        final_schema: {{type: object}}
+    """)
+    parent = fixture("parent.jsonl", call("research", {"question": "why?"}))
+    path = write(tmp_path / "parent.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Ask the researcher.
+        allowed_tools: [research]
+        router_profile: {parent}
+        final_profile: {parent}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 5}}
+        final_schema: {{type: object}}
+    """)
+    store = Store(tmp_path / "state")
+    got: list = []
+    try:
+        result = execute_plan(admit_plan(str(path)), store, got.append,
+                              RunOptions(handle_signals=False, clock=trio.testing.MockClock(autojump_threshold=0)))
+        (receipt,) = [r for r in got if r["type"] == "receipt"]
+        child_id = receipt["child_run_id"]
+        assert child_id
+        child_run = store.get_run(child_id)
+        child_receipts = store.receipts_of(child_id)
+    finally:
+        store.close()
+    assert result.summary["outcome"] == "timeout"
+    assert receipt["tool"] == "research" and receipt["status"] == "cancelled"
+    assert receipt["error"]["message"].endswith(f"its child run {child_id} was cancelled with it and ended interrupted")
+    assert child_run["status"] == "interrupted" and child_run["summary"] is not None
+    assert [(r["tool"], r["status"]) for r in child_receipts] == [("nap", "cancelled")]
+    assert child_receipts[0]["error"]["message"] == ("the call of its parent that started this run was cancelled while"
+                                                     " this call was running; it was cancelled")
