@@ -324,3 +324,144 @@ def test_a_parent_replays_its_child_from_the_recording_and_a_child_replays_on_it
     alone = cli("replay", child, "--format", "jsonl")  # its context from the journal
     assert alone.returncode == 0, alone.stderr.decode()
     assert b"no difference" in alone.stderr and len(model_server.requests) == asked
+
+
+def test_a_child_still_running_when_its_parent_ends_is_cancelled_with_its_summary_and_the_receipt_says_so(
+        tmp_path, model_server, cli):
+    import subprocess
+    import sys
+    import threading
+
+    from modelserver import Reply
+
+    registry(tmp_path)
+    child_plan(tmp_path, model_server, "research.yml", "[echo]")
+    child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
+    p = profile(model_server)
+    write(tmp_path / "parent.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Ask the researcher.
+        allowed_tools: [research]
+        router_profile: {p}
+        final_profile: {p}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 600}}
+        final_schema: {{type: object}}
+    """)
+    arrived, release = threading.Event(), threading.Event()
+
+    def held(_request):  # the child's first model request: the child is running
+        arrived.set()
+        release.wait(120)
+        return Reply(call("echo", {"late": True}))
+
+    model_server.script(call("research", {"question": "why?"}), Reply(handler=held))
+    proc = subprocess.Popen([sys.executable, "-m", "toolloop_cli", "run", "parent.yml", "--format", "jsonl"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**__import__("os").environ, "TL_TEST_KEY": KEY})
+    try:
+        while not arrived.wait(0.2):  # the parent runs until its child asks the model
+            assert proc.poll() is None, proc.communicate()[1].decode()
+        runs = jsonl(cli("runs", "list", "--format", "jsonl").stdout)
+        parent = next(r["run_id"] for r in runs if r["parent_run_id"] is None)
+        child = next(r["run_id"] for r in runs if r["parent_run_id"] == parent)
+        assert cli("abort", parent, "--message", "enough").returncode == 0
+        out, err = proc.communicate(timeout=120)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    records = jsonl(out)
+    summary = records[-1]
+    assert summary["outcome"] == "aborted", err.decode()
+    (receipt,) = [r for r in records if r["type"] == "receipt"]
+    assert receipt["tool"] == "research" and receipt["status"] == "cancelled"
+    assert receipt["child_run_id"] == child
+    assert f"its child run {child} was cancelled with it and ended interrupted" in receipt["error"]["message"]
+    # the child is no longer running: it ended interrupted, with its summary journaled
+    ended = run_record(tmp_path, child)
+    assert ended["status"] == "interrupted" and ended["summary"]["status"] == "interrupted"
+    assert ended["summary"]["parent_run_id"] == parent
+    listed = {r["run_id"]: r["status"] for r in jsonl(cli("runs", "list", "--format", "jsonl").stdout)}
+    assert listed[child] == "interrupted"
+
+
+def test_a_childs_running_call_gets_its_receipt_when_the_parents_time_runs_out(tmp_path):
+    # the parent's timeout_s runs out (on the mock clock) while its child's call sleeps: the child's
+    # call is cut short with its receipt, the child ends interrupted, and the parent's receipt says so
+    import trio.testing
+
+    from toolloop_cli.engine.run import RunOptions, execute_plan
+    from toolloop_cli.plan.admit import admit_plan
+    from toolloop_cli.store import Store
+
+    def fixture(name: str, *texts: str) -> str:
+        lines = [json.dumps({"type": "model_answer", "n": i, "role": "router", "model": "m", "text": t,
+                             "input_tokens": 1, "output_tokens": 1}) for i, t in enumerate(texts, start=1)]
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+        return f"{{provider: replay, fixture: {name}}}"
+
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{max_depth: 1, tool_timeout_s: 300}}
+            tools:
+              nap:
+                callable: testapp.tools:sleep_async
+                description: Sleeps on the event loop.
+                input_schema: {{type: object, required: [seconds], properties: {{seconds: {{type: number}}}}}}
+                output_schema: {{}}
+              research:
+                plan: research.yml
+                description: Research one question and return an answer.
+    """)
+    child = fixture("child.jsonl", call("nap", {"seconds": 100}))
+    write(tmp_path / "research.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Research one question.
+        allowed_tools: [nap]
+        router_profile: {child}
+        final_profile: {child}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 600}}
+        final_schema: {{type: object}}
+    """)
+    parent = fixture("parent.jsonl", call("research", {"question": "why?"}))
+    path = write(tmp_path / "parent.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Ask the researcher.
+        allowed_tools: [research]
+        router_profile: {parent}
+        final_profile: {parent}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 5}}
+        final_schema: {{type: object}}
+    """)
+    store = Store(tmp_path / "state")
+    got: list = []
+    try:
+        result = execute_plan(admit_plan(str(path)), store, got.append,
+                              RunOptions(handle_signals=False, clock=trio.testing.MockClock(autojump_threshold=0)))
+        (receipt,) = [r for r in got if r["type"] == "receipt"]
+        child_id = receipt["child_run_id"]
+        assert child_id
+        child_run = store.get_run(child_id)
+        child_receipts = store.receipts_of(child_id)
+    finally:
+        store.close()
+    assert result.summary["outcome"] == "timeout"
+    assert receipt["tool"] == "research" and receipt["status"] == "cancelled"
+    assert receipt["error"]["message"].endswith(f"its child run {child_id} was cancelled with it and ended interrupted")
+    assert child_run["status"] == "interrupted" and child_run["summary"] is not None
+    assert [(r["tool"], r["status"]) for r in child_receipts] == [("nap", "cancelled")]
+    assert child_receipts[0]["error"]["message"] == ("the call of its parent that started this run was cancelled while"
+                                                     " this call was running; it was cancelled")

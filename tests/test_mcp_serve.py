@@ -341,3 +341,105 @@ def test_a_call_the_client_cancels_gets_a_cancelled_receipt(tmp_path):
     shown, _run = receipts(tmp_path / "state", result.summary["run_id"])
     assert [(r["tool"], r["status"], r["error"]["message"]) for r in shown] == [
         ("nap", "cancelled", "cancelled by the client (it cancelled the request or went away)")]
+
+
+
+
+@pytest.fixture
+def yielding_gate(monkeypatch):
+    """The gate answers once all five calls are in it, as a gate that waits for a person or a
+    database may: a max_calls check made before the gate is then stale when each call starts."""
+    import trio
+
+    from toolloop_cli.mcpserve import runner as served
+
+    real = served.check_call
+    inside = [0]
+    all_in = trio.Event()
+
+    async def gate(*args, **kwargs):
+        inside[0] += 1
+        if inside[0] == 5:
+            all_in.set()
+        await all_in.wait()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(served, "check_call", gate)
+
+
+def test_a_tools_own_max_calls_holds_for_calls_that_arrive_together(tmp_path, yielding_gate):
+    import trio
+
+    reg = write_registry(tmp_path)
+    got = []
+
+    async def scenario(session, _runner):
+        async def one(n):
+            got.append(await session.call_tool("capped", {"n": n}))
+
+        async with trio.open_nursery() as nursery:  # five calls in flight at once; capped allows two
+            for n in range(5):
+                nursery.start_soon(one, n)
+
+    result = serve_in_process(reg, tmp_path / "state", scenario)
+    assert sorted(r.is_error for r in got) == [False, False, True, True, True]
+    assert sum("max_calls (2)" in _text(r) for r in got) == 3
+    shown, _run = receipts(tmp_path / "state", result.summary["run_id"])
+    assert sorted(r["status"] for r in shown) == ["budget_exceeded"] * 3 + ["ok"] * 2
+
+
+def test_max_calls_caps_calls_that_arrive_together(tmp_path, yielding_gate):
+    import trio
+
+    reg = write_registry(tmp_path)
+    got = []
+
+    async def scenario(session, _runner):
+        async def one(n):
+            got.append(await session.call_tool("echo", {"n": n}))
+
+        async with trio.open_nursery() as nursery:
+            for n in range(5):
+                nursery.start_soon(one, n)
+
+    result = serve_in_process(reg, tmp_path / "state", scenario, max_calls=2)
+    assert sorted(r.is_error for r in got) == [False, False, True, True, True]
+    assert result.summary["counts"]["ok"] == 2 and result.summary["counts"]["budget_exceeded"] == 3
+
+
+def test_a_request_still_waiting_when_the_server_stops_expires_and_runs_list_counts_calls_as_they_come(tmp_path):
+    reg = write_registry(tmp_path)
+    state = tmp_path / "state"
+    got: dict = {}
+
+    async def scenario(session, runner):
+        await session.call_tool("echo", {"n": 1})
+        got["waiting"] = await session.call_tool("pay", {"amount": 500})  # filed under key 1; nobody answers
+        await session.call_tool("echo", {"n": 2})
+        listed = await _toolloop("runs", "list", "--state-dir", str(state), "--format", "jsonl")
+        got["listed"] = [json.loads(line) for line in listed.stdout.decode().splitlines()]
+        got["pending"] = pending(state)
+
+    result = serve_in_process(reg, state, scenario)
+    run_id = result.summary["run_id"]
+    assert got["waiting"].is_error and [p["call_key"] for p in got["pending"]] == ["1"]
+    (row,) = got["listed"]
+    assert row["run_id"] == run_id and row["status"] == "running" and row["calls"] == 3  # while it runs
+    assert pending(state) == []  # the server stopped: the request is gone from approvals list
+    import subprocess
+    import sys
+
+    answered = subprocess.run([sys.executable, "-m", "toolloop_cli", "approve", "--state-dir", str(state), run_id, "1",
+                               "--approve"], capture_output=True, timeout=120)
+    assert answered.returncode == 1
+    assert (f"the request of call '1' in run {run_id} is gone: the MCP server stopped before anyone answered"
+            in answered.stderr.decode())
+    from toolloop_cli.serve.journal import Journal, Refused
+
+    journal = Journal(state)
+    try:
+        with pytest.raises(Refused) as gone:  # the inbox's answer is told the same
+            journal.answer(run_id, None, "1", {"decision": "approve"}, "ann")
+    finally:
+        journal.close()
+    assert gone.value.status == 410 and "is gone: the MCP server stopped" in gone.value.message

@@ -655,3 +655,84 @@ def test_pruning_a_run_deletes_its_notification_records(tmp_path):
         assert store.notifications_of(rid) == []
     finally:
         store.close()
+
+
+# --- the warnings scrubbed like every other output ------------------------------------------------
+def _written(tmp_path, *runs) -> list[bytes]:
+    blobs = [b for ran in runs for b in (ran.stdout, ran.stderr)]
+    return blobs + [p.read_bytes() for p in (tmp_path / ".toolloop").iterdir() if p.is_file()]
+
+
+def _pieces(secret: str, size: int = 8) -> list[bytes]:
+    """Every run of ``size`` characters of ``secret``: a clipped secret leaks its start too."""
+    return [secret[i:i + size].encode() for i in range(len(secret) - size + 1)]
+
+
+def test_a_failing_commands_warning_is_scrubbed_before_it_is_clipped(tmp_path, cli):
+    # the hook inherits the run's environment and says, after a long line, the serve token it
+    # read: the warning clips that line, and a secret cut in two must not leave its start behind
+    token = "tlserve-" + "5d4c3b2a1f0e" * 3
+    hook = ("import os, sys; sys.stdin.read(); sys.stderr.write('x' * 150 + os.environ['TOOLLOOP_SERVE_TOKEN']"
+            " + '\\n'); sys.exit(3)")
+    write(tmp_path / "reg.yml", registry())
+    write(tmp_path / "plan.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: sequential
+        notify: {{command: {json.dumps([sys.executable, "-c", hook])}, on: [finished]}}
+        calls:
+          - {{tool: echo, args: {{n: 1}}}}
+    """)
+    ran = cli("run", "plan.yml", "--format", "jsonl", env={"TOOLLOOP_SERVE_TOKEN": token})
+    assert ran.returncode == 0, ran.stderr
+    err = ran.stderr.decode()
+    assert err.count("warning: notification finished of run") == 3, err
+    assert "exit status 3: " + "x" * 10 in err and "[REDACTED]" in err
+    shown = cli("runs", "show", jsonl(ran.stdout)[-1]["run_id"], "--format", "jsonl")
+    assert [r["error"] for r in jsonl(shown.stdout) if r["type"] == "notification"][0].endswith("[REDACTED]")
+    for piece in _pieces(token):
+        assert not any(piece in blob for blob in _written(tmp_path, ran, shown)), piece
+
+
+def test_a_urls_token_is_a_secret_of_the_run(tmp_path, cli, receiver):
+    # a webhook's token in its path and query, a password before its host: a tool that quotes the
+    # URL, and the warnings of a receiver that fails, never write them
+    hook = receiver(statuses=(500,))
+    port = hook.server.server_address[1]
+    url = f"http://ann:pw-9c8b7a6f5e@127.0.0.1:{port}/hooks/T0-8f7e6d5c4b?sig=sig-1a2b3c4d5e"
+    write(tmp_path / "lib" / "hookapp.py", "import os\n\ndef quote():\n    return {'said': 'posting to ' + os.environ['HOOK_URL']}\n")
+    quote = """
+      quote:
+        callable: hookapp:quote
+        description: Quotes the hook's URL.
+        input_schema: {type: object}
+        output_schema: {}
+"""
+    write(tmp_path / "reg.yml", registry(extra=quote))
+    write(tmp_path / "plan.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: sequential
+        notify: {{url: "{url}", on: [finished]}}
+        calls:
+          - {{tool: quote, args: {{}}}}
+    """)
+    ran = cli("run", "plan.yml", "--format", "jsonl", env={"HOOK_URL": url, "PYTHONPATH": str(tmp_path / "lib")})
+    assert ran.returncode == 0, ran.stderr
+    assert len(hook.got) == 3 and hook.got[0][1]["event"] == "finished"
+    assert f"to http://127.0.0.1:{port} failed (attempt 3 of 3): HTTP 500" in ran.stderr.decode()
+    receipt = jsonl(ran.stdout)[0]
+    assert receipt["status"] == "ok" and receipt["result"]["said"].startswith("posting to http://ann:[REDACTED]@")
+    for secret in ("pw-9c8b7a6f5e", "T0-8f7e6d5c4b", "sig-1a2b3c4d5e"):
+        assert not any(secret.encode() in blob for blob in _written(tmp_path, ran)), secret
+
+
+def test_a_port_out_of_range_is_a_failed_attempt_never_an_error_of_the_run(tmp_path):
+    target = NotifyTarget(on=frozenset({"finished"}), url="http://127.0.0.1:99999/hooks/x")
+    n, store, warnings = notifier(tmp_path, target)
+    n.send("finished")
+    n.finish()  # never raises
+    assert [r[:3] for r in records(store)] == [("finished", 1, False), ("finished", 2, False), ("finished", 3, False)]
+    assert warnings and all(" to http://127.0.0.1 failed" in w for w in warnings)

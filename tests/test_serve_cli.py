@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 from conftest import write
-from servekit import TOKEN, Served, registry, toolloop
+from servekit import TOKEN, Served, events, registry, toolloop
 
 
 def test_without_the_serve_extra_it_says_what_to_install(cli, tmp_path):
@@ -124,3 +124,58 @@ def test_an_address_for_every_interface_is_shown_as_one_a_browser_can_open():
     assert openable_url(_Bound("127.0.0.1", 9000)) == "http://127.0.0.1:9000"
     assert openable_url(_Bound("192.0.2.7", 9000)) == "http://192.0.2.7:9000"
     assert every_address(_Bound("0.0.0.0", 1)) and not every_address(_Bound("127.0.0.1", 1))
+
+
+def test_the_peoples_tokens_are_secrets_of_every_run_the_server_resumes_and_of_what_they_type(tmp_path):
+    ada, bob = "ada-tok-7f3e9a1c5b2d", "bob-tok-4e8d2c6a0f1b"
+    # a tool that reads the people's tokens from the server's environment and returns them
+    write(tmp_path / "lib" / "peekapp.py",
+          "import os\n\ndef peek(**_):\n    return {'seen': [os.environ['ADA_TOKEN'], os.environ['BOB_TOKEN']]}\n")
+    peek = """
+      peek:
+        callable: peekapp:peek
+        description: Reads the people's tokens; a person approves every call.
+        effect: write
+        approval: required
+        input_schema: {type: object}
+        output_schema: {}
+"""
+    write(tmp_path / "reg.yml", registry(extra=peek))
+    write(tmp_path / "plan.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "t", "mode": "sequential",
+                                             "calls": [{"tool": "peek", "call_key": "a", "args": {}},
+                                                       {"tool": "pay", "call_key": "b", "args": {"amount": 500, "to": "x"}}]}))
+    env = {"PYTHONPATH": str(tmp_path / "lib")}
+    out, err = toolloop(tmp_path, "run", "plan.yml", "--format", "jsonl", env=env).communicate(timeout=120)
+    rid = json.loads(out.decode().splitlines()[-1])["run_id"]
+    write(tmp_path / "users.yml", "ada:\n  token_env: ADA_TOKEN\nbob:\n  token_env: BOB_TOKEN\n")
+    server = Served(tmp_path, "--users", "users.yml", env={"ADA_TOKEN": ada, "BOB_TOKEN": bob, **env})
+    written = [out, err]
+    try:
+        with server.client(token=ada) as api:
+            typed = api.post(f"/api/approvals/{rid}/a", json={"decision": "approve", "args": {"note": f"use {bob}"}})
+            assert typed.status_code == 422 and "a token of this server's users" in typed.json()["error"]
+            assert len(api.get("/api/approvals", params={"run": rid}).json()) == 1  # still pending
+            answered = api.post(f"/api/approvals/{rid}/a", json={"decision": "approve", "message": f"ok, {bob}"})
+            assert answered.status_code == 200, answered.text
+            assert api.post(f"/api/runs/{rid}/resume").status_code == 202
+            records = [rec for _kind, rec in events(api, rid)]
+            receipt = next(r for r in records if r["type"] == "receipt" and r["call_key"] == "a")
+            assert receipt["status"] == "ok" and receipt["result"] == {"seen": ["[REDACTED]", "[REDACTED]"]}
+            assert records[-1]["status"] == "stopped"  # b waits for a person
+            assert api.post(f"/api/runs/{rid}/abort", json={"message": f"stop: {ada}"}).status_code == 200
+            for path in (f"/api/runs/{rid}/records", f"/api/runs/{rid}", f"/runs/{rid}", "/api/approvals", "/inbox"):
+                res = api.get(path)
+                assert res.status_code == 200, (path, res.text)
+                written.append(res.content)
+    finally:
+        assert server.stop() == 0
+    written.append("\n".join(server.log).encode())
+    shown = toolloop(tmp_path, "runs", "show", rid, "--format", "jsonl").communicate(timeout=120)
+    written += [*shown, *(p.read_bytes() for p in (tmp_path / ".toolloop").iterdir() if p.is_file())]
+    con = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
+    try:
+        assert con.execute("SELECT message FROM approvals WHERE call_key='a'").fetchone() == ("ok, [REDACTED]",)
+    finally:
+        con.close()
+    for token in (ada, bob):
+        assert not any(token.encode() in blob for blob in written), token

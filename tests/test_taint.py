@@ -623,3 +623,39 @@ def test_a_taint_gate_holds_a_write_whatever_its_own_gate_says(tmp_path):
     assert after["status"] == "denied" and after["approval"]["decision"] == "rejected"
     assert after["error"]["message"] == ("tool 'pay' needs approval (after untrusted content from inbox at turn 2):"
                                          " rejected by --approve none")
+
+
+def test_the_line_that_says_a_call_waits_names_the_taint_gate(tmp_path, cli):
+    env = {"DEMO_OUTBOX": str(tmp_path / "outbox.jsonl")}
+    paused = cli("run", INBOX, "--format", "jsonl", env=env)
+    assert paused.returncode == 4, paused.stderr.decode()
+    from conftest import jsonl
+
+    rid = jsonl(paused.stdout)[-1]["run_id"]
+    assert (f"call 3 waits for approval (after untrusted content from inbox at turn 1): toolloop approve {rid} 3"
+            " --approve|--reject") in paused.stderr.decode()
+
+
+def test_the_example_plan_runs_then_is_approved_then_resumes_where_it_stopped(tmp_path, cli):
+    # both profiles replay a fixture: resume reuses the journaled answers 1-3, and the fixture
+    # goes on with answer 4 (never answer 1 again, which would read the inbox a second time)
+    outbox = tmp_path / "outbox.jsonl"
+    env = {"DEMO_OUTBOX": str(outbox)}
+    paused = cli("run", INBOX, "--format", "jsonl", env=env)
+    assert paused.returncode == 4, paused.stderr.decode()
+    from conftest import jsonl
+
+    rid = jsonl(paused.stdout)[-1]["run_id"]
+    approved = cli("approve", rid, "3", "--approve", env=env)
+    assert approved.returncode == 0, approved.stderr.decode()
+    resumed = cli("resume", rid, "--format", "jsonl", env=env)
+    assert resumed.returncode == 0, resumed.stderr.decode()
+    records = jsonl(resumed.stdout)
+    summary = records[-1]
+    assert summary["outcome"] == "final" and summary["final"]["summary"].startswith("Told Ada")
+    sent = [r for r in records if r["type"] == "receipt" and r["tool"] == "send_mail"]
+    assert [(r["iteration"], r["status"], r["approval"]["decision"]) for r in sent] == [(3, "ok", "approved")]
+    assert json.loads(outbox.read_text())["to"] == "collect@example.net"  # the approved write, once
+    assert summary["loop"]["iterations"] == 4 and summary["loop"]["model_calls"] == 5, summary["loop"]
+    shown = jsonl(cli("runs", "show", rid, "--format", "jsonl").stdout)
+    assert [r["tool"] for r in shown if r["type"] == "receipt"] == ["inbox", "customers", "send_mail"]

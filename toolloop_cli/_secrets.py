@@ -36,6 +36,20 @@ def credential_parts(value: str) -> list[str]:
     return out
 
 
+#: credentials this process holds that no variable names (``toolloop serve``'s people's tokens,
+#: a token it made up): every run the process starts or resumes scrubs them too
+_HELD: set[str] = set()
+
+
+def hold_credentials(values: Iterable[str]) -> None:
+    """Make ``values`` credentials of every run this process starts or resumes from now on."""
+    _HELD.update(v for v in values if v)
+
+
+def held_credentials() -> list[str]:
+    return list(_HELD)
+
+
 def _forms(secret: str) -> set[str]:
     """A secret as messages may quote it: as is, escaped as a Python repr and as JSON."""
     forms = {secret, repr(secret)[1:-1], json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}

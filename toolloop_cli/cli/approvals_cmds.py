@@ -99,6 +99,8 @@ def _waiting(store, rid: str, item: Optional[str], call_key: str) -> Optional[st
     """The lane of the named call that waits (found when ``--item`` is left out and it waits in
     one lane only); exit 1 naming the calls that do wait when it does not."""
     pending = store.approval(rid, item, call_key)
+    if pending is not None and pending["state"] == "expired":  # its MCP server stopped before an answer
+        fail(f"the request of call '{call_key}' in run {rid} is gone: {pending['message']}", 1)
     if item is None and (pending is None or pending["state"] != "pending"):
         item = _only_lane(store, rid, call_key)  # in a parallel run, the one lane where it waits
         pending = store.approval(rid, item, call_key) if item is not None else None

@@ -142,6 +142,7 @@ def start(launch: Any, prepared: Any, format: DataFormat, audit: Optional[Path] 
         else:
             result = launch.start(prepared, sink, **hooks)
         out.close()
+        reasons = _taint_gates(launch, result)
     except BrokenPipeError:
         quiet_broken_pipe()
         raise typer.Exit(141)
@@ -155,15 +156,28 @@ def start(launch: Any, prepared: Any, format: DataFormat, audit: Optional[Path] 
             except OSError:
                 pass  # the run already said the audit file cannot be written
         launch.close()
-    tell_ending(result)
+    tell_ending(result, reasons)
     if prepared.recording is not None:
         return result  # the caller sets the exit code (replay: on divergence alone)
     raise typer.Exit(result.exit_code)
 
 
-def tell_ending(result: Any) -> None:
+def _taint_gates(launch: Any, result: Any) -> dict:
+    """What gated each call of a paused run that waits at a taint gate, as ``approvals list`` says
+    it ("after untrusted content from TOOL at turn N"); nothing to read for a run never tainted."""
+    summary = result.summary
+    if summary.get("status") != "stopped" or not summary.get("tainted_by") or not result.state.paused:
+        return {}
+    from ..pending import pending_records
+
+    return {(r["item_key"], r["call_key"]): r["reason"] for r in pending_records(launch.open(create=False), summary["run_id"])
+            if r.get("taint")}
+
+
+def tell_ending(result: Any, reasons: dict | None = None) -> None:
     """The lines on standard error that say how a run ended, when it did not simply finish: why a
-    routed run did not answer, how to resume, which calls wait for approval and how to answer them."""
+    routed run did not answer, how to resume, which calls wait for approval (and, at a taint gate,
+    why: ``reasons``) and how to answer them."""
     summary = result.summary
     error = summary.get("error")
     if isinstance(error, dict):  # a routed run that did not answer says why, as one line
@@ -175,7 +189,7 @@ def tell_ending(result: Any) -> None:
     elif summary["status"] == "stopped":
         budget = _budget_out(summary.get("paused_by"))
         if budget is None:  # a child paused by its budget waits for a raise, not an approval
-            _tell_paused(summary["run_id"], result.state.paused)
+            _tell_paused(summary["run_id"], result.state.paused, reasons or {})
         if budget is not None:  # a budget ran out: only a raise of it lets the run go on
             name, used = budget
             notice(f"paused: the budget {name} ran out (used {used}); resume with:"
@@ -193,7 +207,8 @@ def _budget_out(paused_by: Any) -> tuple[str, Any] | None:
     return None
 
 
-def _tell_paused(rid: str, paused: list) -> None:
+def _tell_paused(rid: str, paused: list, reasons: dict) -> None:
+    from .._text import escape
     from ..engine.notify import approve_command  # the one builder of the line (notifications carry it too)
 
     if len(paused) > PAUSED_NOTICES:  # many gated calls: one line, and where to see them all
@@ -205,4 +220,6 @@ def _tell_paused(rid: str, paused: list) -> None:
         if child_run_id is not None:
             notice(f"{where} runs child run {child_run_id}, which waits: see toolloop approvals list {child_run_id}")
             continue
-        notice(f"{where} waits for approval: {approve_command(rid, call_key, item_key, '--approve|--reject')}")
+        reason = reasons.get((item_key, call_key))
+        why = f" ({escape(reason)})" if reason else ""
+        notice(f"{where} waits for approval{why}: {approve_command(rid, call_key, item_key, '--approve|--reject')}")

@@ -22,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import trio
+
 from ..contract.compiled import ToolSpec
 from ..plan.admit import AdmittedPlan
 from .child_runs import ChildFailed, ChildPaused, ChildResult, redacted_pointers
@@ -31,6 +33,8 @@ from .session import RunSession, new_run_id
 
 #: statuses of a child run that ended: its parent takes the outcome rather than running it
 _ENDED = ("ok", "failed", "rejected")
+#: why a child's running call was cut short when its parent's call was cancelled
+CUT_SHORT = "the call of its parent that started this run was cancelled"
 
 
 class ChildPlanExecutor(Executor):
@@ -81,7 +85,7 @@ class ChildPlanExecutor(Executor):
         budget = parent.ctx.services.budget  # the parent loop's budget ledger, when it has one
         # a child started by a tainted run starts tainted; one tainted on its own tells its parent
         runner = RoutedRunner(plan, recording=recording, parent_budget=budget, parent_taint=parent.ctx.services.taint)
-        result = await child.run_child(runner, parent.journal)  # type: ignore[arg-type]
+        result = await _to_its_end(child, runner, parent.journal)
         summary = result.summary
         outcome = summary.get("outcome")
         if outcome == "final":
@@ -112,6 +116,30 @@ class ChildPlanExecutor(Executor):
         if not store.acquire_lease(found["run_id"], self.parent.owner):
             raise ChildPaused(found["run_id"], call_key)
         return found["run_id"], prepare_routed_journal(store, found)
+
+
+async def _to_its_end(child: RunSession, runner: Any, journal: Any) -> Any:
+    """Run the child to its end, also when its parent's call is cancelled (the parent's loop
+    ended: its time, a signal, an operator's abort, a halt): the child is then stopped as a signal
+    would stop it, so its running call gets its receipt and the child its summary (``interrupted``:
+    the parent's ``resume`` goes on with it), and only then does the cancellation go on."""
+    result: list[Any] = []
+    ended = trio.Event()
+
+    async def shielded() -> None:
+        with trio.CancelScope(shield=True):
+            result.append(await child.run_child(runner, journal))
+        ended.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(shielded)
+        try:
+            await ended.wait()
+        except trio.Cancelled:
+            child.state.stopped_by = CUT_SHORT
+            child.state.interrupt()
+            raise
+    return result[0]
 
 
 def _ended(found: dict) -> ChildResult:

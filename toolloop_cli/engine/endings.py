@@ -79,10 +79,22 @@ def cut_short_receipt(ctx: RunContext, call: InFlight, *, started: bool, why: st
                    " run it again on purpose with --retry-interrupted")
     else:
         status, message = "cancelled", f"{why} while this call was running; it was cancelled"
+    child = _child_cut_short(ctx, call) if tool.kind == "plan" else None
+    if child is not None:
+        message += f"; its child run {child['run_id']} was cancelled with it and ended {child['status']}"
     receipt = not_run_receipt(ctx, tool, call.args, seq=call.seq, item_key=None, call_key=str(call.iteration),
                               status=status, message=message, iteration=call.iteration, approval=call.approval)
+    if child is not None:
+        receipt = dataclasses.replace(receipt, child_run_id=child["run_id"])
     if not started:
         return receipt
     return dataclasses.replace(receipt, attempts=1, started_at=rfc3339(call.started_at),
                                finished_at=rfc3339(time.time()),
                                duration_ms=round((time.perf_counter() - call.t0) * 1000, 3))
+
+
+def _child_cut_short(ctx: RunContext, call: InFlight) -> dict | None:
+    """The child run a cancelled ``plan:`` call had started (it ended before the call's receipt)."""
+    store = ctx.services.cache
+    found = store.child_run(ctx.config.run_id, call.seq) if store is not None else None
+    return found if found is not None and found["status"] != "running" else None

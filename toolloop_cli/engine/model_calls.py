@@ -149,6 +149,9 @@ class ModelCalls:
             self._recorded = []  # the run went another way: from here on, the models answer anew
             return None
         rec = self._recorded.pop(0)
+        moved = getattr(self.providers.get(role), "reused", None)
+        if moved is not None:  # a provider answering in order (a replay fixture) moves past the reused answer
+            moved(role)
         reply = ModelReply(rec["text"], rec["input_tokens"], rec["output_tokens"], rec["model"],
                            cut=rec.get("truncated") is True)
         return Answer(n, role, reply, float(rec.get("duration_ms") or 0.0), True)

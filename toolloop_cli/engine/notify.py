@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import trio
 
@@ -67,7 +67,12 @@ class NotifyTarget:
         return sent, unset
 
     def secrets(self, environ: Any) -> list[str]:
-        return [part for _name, var in self.headers_env if environ.get(var) for part in credential_parts(environ[var])]
+        """The target's secrets: its header values, and the parts of its URL a warning never
+        names (the password, the path and query, each query value: a webhook's token is often there)."""
+        found = [part for _name, var in self.headers_env if environ.get(var) for part in credential_parts(environ[var])]
+        if self.url:
+            found.extend(url_secrets(self.url))
+        return found
 
     def shown(self) -> str:
         """The target as a warning names it: never a header, a URL's path or its query (a
@@ -75,7 +80,21 @@ class NotifyTarget:
         if self.command is not None:
             return f"command {excerpt(Path(self.command[0]).name)}"
         parts = urlsplit(self.url or "")
-        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+        try:
+            port = parts.port
+        except ValueError:  # a port out of range: the attempt says so, the name stays short
+            port = None
+        return f"{parts.scheme}://{escape(parts.hostname or '')}" + (f":{port}" if port else "")
+
+
+def url_secrets(url: str) -> list[str]:
+    """The parts of ``url`` that may carry a credential: its password, what follows its host
+    (path and query, as written) and each query value."""
+    parts = urlsplit(url)
+    tail = url.split(parts.netloc, 1)[1] if parts.netloc else ""
+    found = [parts.password or "", tail if tail.strip("/?#") else ""]
+    found += [value for _key, value in parse_qsl(parts.query)]
+    return [value for value in found if value]
 
 
 def _absolute(arg: str, base: Path, first: bool) -> str:
@@ -216,7 +235,7 @@ class Notifier:
         try:
             trio.run(self._serve, clock=self.clock)
         except BaseException as exc:  # noqa: BLE001 - a notification never fails the run
-            self._warn(f"notifications of run {self.run_id} stopped: {excerpt(str(exc))}")
+            self._warn(f"notifications of run {self.run_id} stopped: {excerpt(self.secrets.text(str(exc)))}")
         finally:
             self._ready.set()
 
@@ -323,7 +342,8 @@ class Notifier:
         if proc.returncode == 0:
             return None
         said = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        return f"exit status {proc.returncode}" + (f": {clip(escape(said[-1]))}" if said else "")
+        # scrubbed before it is clipped: a secret cut in two at the clip would no longer be found
+        return f"exit status {proc.returncode}" + (f": {clip(self.secrets.text(said[-1]))}" if said else "")
 
     async def _post(self, body: bytes) -> str | None:
         import httpx
@@ -349,7 +369,8 @@ class Notifier:
         try:
             self.store.put_notification(record)
         except Exception as exc:  # noqa: BLE001 - a notification never fails the run
-            self._warn(f"a notification record of run {self.run_id} could not be kept: {excerpt(str(exc))}")
+            self._warn(f"a notification record of run {self.run_id} could not be kept:"
+                       f" {excerpt(self.secrets.text(str(exc)))}")
         if error is not None and warn:
             self._warn(f"notification {event['event']} of run {event['run_id']} to {self.target.shown()} failed"
                        f" (attempt {attempt} of {ATTEMPTS}): {record['error']}")

@@ -189,9 +189,9 @@ _CREDENTIAL_VARS = ("TOOLLOOP_SERVE_TOKEN", "TOOLLOOP_MCP_TOKEN")
 
 def run_credentials(contract: Any, environ: Any) -> list[str]:
     """The credential values a run of ``contract`` reads: its MCP servers' header values (and the
-    token inside each ``Bearer TOKEN``) and toolloop's own tokens. Model keys are added by the
-    routed runner, which knows its profiles."""
-    from .._secrets import credential_parts
+    token inside each ``Bearer TOKEN``), toolloop's own tokens and those the process holds. Model
+    keys are added by the routed runner, which knows its profiles."""
+    from .._secrets import credential_parts, held_credentials
     from ..contract.mcp import secrets as header_secrets
 
     decls = [t.mcp for s in contract.subagents.values() for t in s.tools.values() if t.mcp is not None]
@@ -199,6 +199,7 @@ def run_credentials(contract: Any, environ: Any) -> list[str]:
     for var in _CREDENTIAL_VARS:
         if environ.get(var):
             found.extend(credential_parts(environ[var]))
+    found.extend(held_credentials())
     return found
 
 

@@ -226,8 +226,8 @@ class RoutedRunner(FinalAnswer):
         """Settle the receipt of the call the loop's end cancelled; returns the run's ``why``."""
         call, self._current = self._current, None
         assert call is not None
-        if outcome is None:
-            how = "the run was interrupted by a signal"
+        if outcome is None:  # a signal, or a child run whose parent's call was cancelled
+            how = self.handle.state.stopped_by or "the run was interrupted by a signal"
         elif outcome == "aborted":
             how = "an operator aborted the run"
         else:

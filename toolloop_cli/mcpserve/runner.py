@@ -35,6 +35,8 @@ from .listing import error_result, listed_tools, receipt_result
 
 #: seqs of calls dispatched by a served call start here, far from the served calls' own
 DISPATCHED_SEQ_BASE = 1 << 40
+#: why a request still waiting when the server stopped is gone
+EXPIRED = "the MCP server stopped before anyone answered; a client's new call of the tool asks again"
 
 Transport = Callable[[Any, trio.Event], Awaitable[None]]
 
@@ -100,10 +102,18 @@ class McpServerRunner:
             self.stopping = True
             await self._settled()
             nursery.cancel_scope.cancel()
+        self._expire_requests()
         run.set_total_calls(self.next_seq)
         counts = run.state.counts
         failed = any(n for status, n in counts.items() if status != "ok")
         return RunnerEnd(status="failed" if failed else "ok")
+
+    def _expire_requests(self) -> None:
+        """Requests still waiting when the server stops can never be acted on (a server's run is
+        never resumed, and the client that asked is gone): they expire, so ``approvals list`` and
+        the inbox no longer show them and an answer is told they are gone."""
+        self._store.answer_all_pending(self.run.run_id, "expired", message=EXPIRED, approver="engine")
+        self._waiting.clear()
 
     async def _settled(self) -> None:
         """Wait until every call in flight (each cancelled by the signal) has its receipt."""
@@ -152,17 +162,15 @@ class McpServerRunner:
         if seq is None:
             seq = self.next_seq
             self.next_seq += 1
+            run.set_total_calls(self.next_seq)  # runs list counts the calls while the server runs
         key = str(seq)
         problem = input_problem(tool, args)
         if problem is not None:
             return self._not_run(tool, args, seq, "invalid_input",
                                  f"the arguments fail the input schema of '{tool.id}': {problem}")
-        if self.max_calls is not None and self.ran >= self.max_calls:
-            return self._not_run(tool, args, seq, "budget_exceeded",
-                                 f"call budget spent (--max-calls {self.max_calls})")
-        if max_calls_made(ctx, tool):
-            return self._not_run(tool, args, seq, "budget_exceeded",
-                                 f"tool '{tool.id}' has made its max_calls ({tool.max_calls}) in this server's run")
+        spent = self._spent(tool)  # before the gate: a spent budget files no request for a person
+        if spent is not None:
+            return self._not_run(tool, args, seq, "budget_exceeded", spent)
         if tool.approval is not None and ctx.config.approve == "ask":
             self._journal_call(tool, args, seq, sha)  # approvals list shows the request's tool and arguments
         verdict = await check_call(ctx, tool, args, source="admitted", item_key=None, call_key=key, args_sha256=sha)
@@ -172,6 +180,12 @@ class McpServerRunner:
         if isinstance(verdict, Refuse):
             return self._not_run(tool, verdict.args, seq, verdict.status, verdict.message, verdict.approval)
         assert isinstance(verdict, Go)
+        # again after the gate, which may have let other calls start meanwhile: from this check to
+        # the call's count (``execute_call`` counts a call before its first checkpoint) nothing else
+        # runs, so calls that arrive together never start past either budget
+        spent = self._spent(tool)
+        if spent is not None:
+            return self._not_run(tool, verdict.args, seq, "budget_exceeded", spent, verdict.approval)
         self.ran += 1
         receipt = await self._run(tool, verdict.args, seq, key, sha if verdict.args is args else None,
                                   verdict.approval)
@@ -193,6 +207,14 @@ class McpServerRunner:
                                           args_sha256=sha, approval=approval)
             run.settle(receipt)
         return receipt
+
+    def _spent(self, tool: Any) -> str | None:
+        """Why the call may not start: the server's ``--max-calls`` or the tool's ``max_calls`` is spent."""
+        if self.max_calls is not None and self.ran >= self.max_calls:
+            return f"call budget spent (--max-calls {self.max_calls})"
+        if max_calls_made(self.run.ctx, tool):
+            return f"tool '{tool.id}' has made its max_calls ({tool.max_calls}) in this server's run"
+        return None
 
     def _not_run(self, tool: Any, args: Any, seq: int, status: str, message: str, approval: Any = None) -> Any:
         receipt = not_run_receipt(self.run.ctx, tool, args, seq=seq, item_key=None, call_key=str(seq), status=status,

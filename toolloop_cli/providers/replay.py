@@ -148,6 +148,13 @@ class ReplayProvider:
         a = self.answers.take(request.role)
         return ModelReply(a.text, a.input_tokens, a.output_tokens, a.model, cut=a.cut)
 
+    def reused(self, role: str) -> None:
+        """A resumed run reused an answer it had journaled (the fixture gave it before the run
+        stopped): the cursor moves past it, so the next request gets the answer after it, never
+        answer 1 again."""
+        if self.answers.position < len(self.answers.answers):
+            self.answers.position += 1
+
     async def aclose(self) -> None:
         return None
 

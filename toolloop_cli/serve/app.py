@@ -36,6 +36,7 @@ def build_app(journal: Journal, users: Users) -> Any:
     app = Starlette(routes=routes, middleware=[Middleware(Guard, users=users)],
                     exception_handlers={404: _not_found, 405: _not_allowed, StateError: _damaged})
     app.state.journal = journal
+    journal.hold_tokens([user.token for user in users.users])
     return _Bugs(app, journal.log)
 
 

@@ -43,6 +43,24 @@ class Journal:
         self.log = log
         self._resumes: dict[str, tuple[Resuming, float]] = {}  # run id: (resume, started at)
         self._lock = threading.Lock()
+        self._tokens: Any = None  # a Scrubber of the people's tokens (``hold_tokens``)
+
+    def hold_tokens(self, tokens: list[str]) -> None:
+        """The people's tokens are secrets: of every run this server resumes (a tool that echoes
+        one), and of what a person types (a message keeps a marker in its place)."""
+        from .._secrets import Scrubber, credential_parts, hold_credentials
+
+        parts = [part for token in tokens for part in credential_parts(token)]
+        hold_credentials(parts)
+        self._tokens = Scrubber(parts)
+
+    def _scrubbed(self, text: str | None) -> str | None:
+        return self._tokens.text(text) if self._tokens and text else text
+
+    def _no_token_in(self, edited: Any) -> None:
+        if self._tokens and self._tokens.deep(edited) != edited:
+            raise Refused(422, "the arguments hold a token of this server's users; a token is never stored or given"
+                               " to a tool: take it out (the request stays pending)")
 
     def close(self) -> None:
         self.store.close()
@@ -105,7 +123,7 @@ class Journal:
         message = body.get("message")
         if message is not None and not isinstance(message, str):
             raise Refused(400, "message must be text")
-        message = message or None
+        message = self._scrubbed(message or None)
         edited = body.get("args")
         if edited is not None and decision == "reject":
             raise Refused(400, "args go with approve (a rejected call does not run)")
@@ -115,10 +133,13 @@ class Journal:
         row = self.store.approval(rid, item_key, call_key)
         if row is None:
             raise Refused(404, f"no {where} waits for approval in run {rid}")
+        if row["state"] == "expired":
+            raise Refused(410, f"{where} of run {rid} is gone: {row['message']}")
         if row["state"] != "pending":
             raise Refused(409, f"{where} of run {rid} was answered already; nothing changed")
         stored, typed = None, []
         if edited is not None:
+            self._no_token_in(edited)
             edited, tool = self._checked_edit(run, item_key, call_key, edited)
             if edited is not None:
                 from ..answers import stored_edit
@@ -177,7 +198,7 @@ class Journal:
             raise Refused(400, "steer needs a message: what the model is told at its next turn")
         if run["status"] not in ("running", "stopped"):
             raise Refused(409, f"run {rid} has ended ({run['status']}); there is nothing to {kind}")
-        n = self.store.add_control(rid, kind, message or None)
+        n = self.store.add_control(rid, kind, self._scrubbed(message or None))
         return {"run_id": rid, "kind": kind, "n": n}
 
     def resume_refusal(self, run_id: str) -> str | None:
