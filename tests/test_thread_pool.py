@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 
 import pytest
 import trio
@@ -22,8 +23,11 @@ VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_thread_pool", de
 
 @pytest.fixture
 def fresh_pool(monkeypatch):
+    # a pool and a thread limiter of the test's own: a thread an earlier test abandoned may still
+    # hold a token of the process-wide limiter
     pool = pool_module._Pool()
     monkeypatch.setattr(pool_module, "_POOL", pool)
+    monkeypatch.setattr(pool_module, "_thread_limiter", None)
     return pool
 
 
@@ -33,8 +37,11 @@ def run(fn, *args, clock=None):
 
 async def until(predicate) -> None:
     """Let the event loop take what the threads hand back until ``predicate()`` holds (virtual
-    time: the MockClock jumps while the loop waits for the threads)."""
+    time: the MockClock jumps while the loop waits for the threads). The guard only turns a hang
+    into a failure: it is not a bound on how fast threads are."""
+    guard = time.monotonic() + 120
     while not predicate():
+        assert time.monotonic() < guard, "what the test waits for never happened"
         await trio.sleep(0.01)
 
 
