@@ -316,3 +316,22 @@ def test_https_verifies_the_server_as_httpx_does_and_keeps_the_connection(tmp_pa
     finally:
         _wire._tls_context.cache_clear()
     assert got == ["secure 1", "secure 2"] and server.connections == 1
+
+
+@pytest.mark.parametrize("userinfo", ["", "user:pw@"])  # the kept-alive path, and httpx's
+def test_a_base_urls_query_goes_after_the_path(userinfo):
+    got = []
+
+    async def test(server, _p):
+        url = f"http://{userinfo}127.0.0.1:{server.port}/openai/deployments/d/?api-version=2024-06-01"
+        p = make_provider(Profile("openai", "m", base_url=url, api_key_env="K"), env={"K": KEY})
+        server.script = [lambda n, body: server.ok("fine")]
+        try:
+            got.append((await p.complete(request(), 10)).text)
+        finally:
+            await p.aclose()
+
+    server = run(test)
+    assert got == ["fine"]
+    line = server.requests[0][1].decode().split("\r\n")[0]
+    assert line == "POST /openai/deployments/d/chat/completions?api-version=2024-06-01 HTTP/1.1"

@@ -36,6 +36,12 @@ def shown_url(url: str) -> str:
     return f"{u.scheme}://{u.host}{port}"
 
 
+def with_path(base_url: str, path: str) -> str:
+    """``path`` under ``base_url``, before the base URL's query if it has one."""
+    head, mark, query = base_url.partition("?")
+    return head.rstrip("/") + path + mark + query
+
+
 def clean(text: str, secret: str | None) -> str:
     """A message fit to show: the secret replaced, control characters escaped, bounded."""
     if secret:
@@ -88,7 +94,7 @@ class HttpProvider:
     async def _post(self, path: str, headers: dict[str, str], body: dict[str, Any], timeout_s: float, secret: str | None) -> dict[str, Any]:
         import orjson
 
-        url = self._base_url + path
+        url = with_path(self._base_url, path)
         where = shown_url(url)
         headers = {**headers, "content-type": "application/json"}
         if self._lean is None:

@@ -80,6 +80,8 @@ class Wire:
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = host if default else f"{host}:{self._port}"
         self._path_prefix = parts.path.rstrip("/")
+        # a base URL's query (some hosted endpoints take the API version there) goes after the path
+        self._query = f"?{parts.query}" if parts.query else ""
         self._idle: list[_Conn] = []
 
     async def post(self, path: str, headers: dict[str, str], body: bytes, timeout_s: float) -> WireReply:
@@ -106,7 +108,7 @@ class Wire:
                   ("content-length", str(len(body))), ("user-agent", "toolloop")]
         fields.extend((k, v) for k, v in headers.items())
         try:
-            return h11.Request(method="POST", target=(self._path_prefix + path).encode(), headers=fields)
+            return h11.Request(method="POST", target=(self._path_prefix + path + self._query).encode(), headers=fields)
         except h11.LocalProtocolError:  # its message would quote the header, which may be the key
             raise WireError("transport", "the request's path or one of its headers holds characters HTTP does not"
                                          " allow") from None
