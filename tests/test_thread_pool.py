@@ -23,11 +23,8 @@ VAR: contextvars.ContextVar[str] = contextvars.ContextVar("test_thread_pool", de
 
 @pytest.fixture
 def fresh_pool(monkeypatch):
-    # a pool and a thread limiter of the test's own: a thread an earlier test abandoned may still
-    # hold a token of the process-wide limiter
     pool = pool_module._Pool()
     monkeypatch.setattr(pool_module, "_POOL", pool)
-    monkeypatch.setattr(pool_module, "_thread_limiter", None)
     return pool
 
 
@@ -83,11 +80,12 @@ def test_threads_are_reused_not_one_per_call(fresh_pool):
         async with trio.open_nursery() as nursery:
             for _ in range(4):
                 nursery.start_soon(lane)
+        return thread_limiter().borrowed_tokens
 
-    run(main)
+    borrowed = run(main)
     # 200 calls on 4 lanes: a thread is given back before its lane's next call
     assert 1 <= len(seen) <= 4
-    assert thread_limiter().borrowed_tokens == 0
+    assert borrowed == 0
 
 
 def test_a_call_given_up_on_keeps_its_token_and_slot_until_its_thread_ends(fresh_pool):
@@ -155,10 +153,10 @@ def test_a_cancelled_caller_never_starts_the_callable(fresh_pool):
         with trio.CancelScope() as scope:
             scope.cancel()
             await run_in_thread(ran.append, {"object": 1})
-        return scope.cancelled_caught
+        return scope.cancelled_caught, thread_limiter().borrowed_tokens
 
-    assert run(main) is True
-    assert ran == [] and thread_limiter().borrowed_tokens == 0
+    assert run(main) == (True, 0)
+    assert ran == []
 
 
 def test_failures_leave_the_thread_as_tool_raised_and_the_thread_lives_on(fresh_pool):
@@ -224,3 +222,24 @@ def test_threads_that_end_when_idle_never_strand_a_call(fresh_pool, monkeypatch)
 
     assert run(main) == sorted(k * 100 + i for k in range(6) for i in range(40))
     assert fresh_pool.idle >= 0
+
+
+def test_each_event_loop_has_a_thread_limiter_of_its_own(fresh_pool):
+    # a thread abandoned by one run keeps its token of that run's limiter only: a later run in the
+    # same process (as `toolloop serve` resumes runs) starts with every token free
+    hold = threading.Event()
+
+    async def abandons():
+        with trio.move_on_after(1):
+            await run_in_thread(hold.wait, {"timeout": 60})
+        return thread_limiter(), thread_limiter().borrowed_tokens
+
+    async def later():
+        return thread_limiter(), thread_limiter().borrowed_tokens
+
+    try:
+        first, held = run(abandons)
+        second, free = run(later)
+    finally:
+        hold.set()
+    assert held == 1 and free == 0 and first is not second

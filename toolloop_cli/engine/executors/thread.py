@@ -37,16 +37,21 @@ except ImportError:  # pragma: no cover - another trio: from_thread then needs t
 #: how long a pool thread waits for a call before it ends
 IDLE_S = 10.0
 
-_thread_limiter: trio.CapacityLimiter | None = None
+_THREAD_LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("toolloop_thread_limiter")
 
 
 def thread_limiter() -> trio.CapacityLimiter:
+    """The run's limiter of threads: one per event loop (a process serving several runs, each on a
+    loop of its own, must not share one: a trio limiter belongs to one loop, and a token an
+    abandoned thread holds is given back through the loop that lent it, which may have ended)."""
     # Sized generously: the run's own --max-concurrency and source limits are the real caps;
     # trio's default of 40 would add a hidden one.
-    global _thread_limiter
-    if _thread_limiter is None:
-        _thread_limiter = trio.CapacityLimiter(256)
-    return _thread_limiter
+    try:
+        return _THREAD_LIMITER.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(256)
+        _THREAD_LIMITER.set(limiter)
+        return limiter
 
 
 class HeldSlot:
