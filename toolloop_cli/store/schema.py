@@ -83,7 +83,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
             answer TEXT NOT NULL,
             PRIMARY KEY (run_id, n)
         )""",
-        # state: pending | approved | rejected | used
+        # state: pending | approved | rejected | used | expired (an MCP server stopped before an answer)
         """CREATE TABLE IF NOT EXISTS approvals (
             run_id TEXT NOT NULL,
             item_key TEXT NOT NULL DEFAULT '',
