@@ -485,6 +485,9 @@ def test_runs_show_prints_notifications_before_the_summary_and_header_values_are
      " is POSTed to it)"),
     ("{on: [finished]}", "'notify': needs exactly one of 'command'"),
     ("{url: 'ftp://127.0.0.1/'}", "'notify': 'url' must be an http:// or https:// address"),
+    ("{url: 'http://127.0.0.1:99999/hook'}", "'notify': 'url' needs a host and, if it names a port, one from 1 to"),
+    ("{url: 'https://hooks.example:0/'}", "'notify': 'url' needs a host and, if it names a port, one from 1 to"),
+    ("{url: 'http:///hook'}", "'notify': 'url' needs a host"),
     ("{command: [x], headers_env: {Authorization: T}}", "'notify': 'headers_env' goes with 'url', not with 'command'"),
     ("{command: [x], on: [finished, done]}", "item 2 of 'on' must be one of 'approval_request', 'paused', 'failed'"
                                              " or 'finished', found 'done'"),

@@ -123,6 +123,17 @@ class ToolDecl(Closed):
     output_trust: Optional[Literal["trusted", "untrusted"]] = None
 
 
+def _bad_address(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number from 0 to 65535
+        return True
+    return not parts.hostname or port == 0
+
+
 class NotifyDecl(Closed):
     """Who is told when a run needs a person or ends (``notify``): a command given the event as
     JSON on standard input, or a URL it is POSTed to (``headers_env``: header name -> the
@@ -141,6 +152,8 @@ class NotifyDecl(Closed):
                                                 " standard input) or 'url' (the event is POSTed to it)")
         if self.url is not None and not self.url.startswith(("http://", "https://")):
             raise PydanticCustomError("notify", "'url' must be an http:// or https:// address")
+        if self.url is not None and _bad_address(self.url):
+            raise PydanticCustomError("notify", "'url' needs a host and, if it names a port, one from 1 to 65535")
         if self.command is not None and self.headers_env:
             raise PydanticCustomError("notify", "'headers_env' goes with 'url', not with 'command'")
         return self
