@@ -220,9 +220,18 @@ def test_a_receiver_that_never_answers_times_out_after_10_s_on_the_mock_clock(tm
 
 
 def test_after_the_run_ends_the_process_waits_for_its_notifications_at_most_30_s(tmp_path):
-    clock = trio.testing.MockClock(autojump_threshold=0)
+    # the clock jumps only once the run has ended (finish closes the delivery): before that, the
+    # delivery loop waiting for the hanging command would let it jump to the first try's timeout
+    clock = trio.testing.MockClock()
     n, store, warnings = notifier(tmp_path, NotifyTarget(on=frozenset(notify.EVENTS),
                                                           command=(sys.executable, "-c", HANGING)), clock=clock)
+    close = n._close
+
+    def close_then_jump() -> None:
+        close()
+        clock.autojump_threshold = 0
+
+    n._close = close_then_jump
     n.ended({"status": "failed"}, [])  # failed, then finished: 2 x 3 tries of 10 s would be over a minute
     n.finish()
     assert clock.current_time() == pytest.approx(notify.FINISH_WAIT_S, abs=0.5)
