@@ -70,8 +70,19 @@ def test_data_positions_quotes_and_findings_of_every_kind_of_scalar():
 def test_merges_and_a_scalar_read_twice_through_an_alias():
     text = "base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\nlist:\n  <<: [*b, {z: 4}]\nbad:\n  <<: 5\nn: &n !!int nope\nm: *n\n"
     data, smap, issues = load_yaml(text, "f.yml")
-    assert data["other"] == {"x": 1, "y": 2} and data["list"] == {"x": 1, "y": 2, "z": 4} and data["bad"] == {}
+    # a key of the mapping itself overrides the one a merge gives, as YAML's merge key says
+    assert data["other"] == {"x": 1, "y": 3} and data["list"] == {"x": 1, "y": 2, "z": 4} and data["bad"] == {}
     assert data["n"] is None and data["m"] is None
-    # a key given both by a merge and by the mapping itself is a duplicate, as it always was
     assert [(i.code, i.line, i.col, i.path) for i in issues] == [
-        ("TL103", 4, 3, ("other", "y")), ("TL105", 8, 7, ("bad",)), ("TL105", 9, 4, ("n",)), ("TL105", 9, 4, ("m",))]
+        ("TL105", 8, 7, ("bad",)), ("TL105", 9, 4, ("n",)), ("TL105", 9, 4, ("m",))]
+
+
+@pytest.mark.parametrize("text, data_other, line", [
+    ("base: &b {x: 1, y: 2}\nother:\n  y: 3\n  <<: *b\n", {"y": 3, "x": 1}, None),  # the merge fills in only
+    ("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  y: 3\n  y: 4\n", {"x": 1, "y": 3}, 5),  # written twice
+    ("base: &b {x: 1}\nother:\n  <<: [*b, {x: 2}]\n", {"x": 1}, None),  # the first merged mapping wins
+])
+def test_a_key_written_in_the_mapping_overrides_a_merged_one_but_not_another_written_one(text, data_other, line):
+    data, _smap, issues = load_yaml(text, "f.yml")
+    assert data["other"] == data_other
+    assert [(i.code, i.line) for i in issues] == ([("TL103", line)] if line else [])

@@ -242,10 +242,11 @@ class _Builder:
         if node.tag != _MAP:
             self._tag(node, path)
         out: dict[str, Any] = {}
+        merged: set[str] = set()  # keys a '<<' merge gave, which a key of the mapping itself overrides
         keys = self.smap.keys
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
-                self._merge(out, value_node, path, depth)
+                self._merge(out, value_node, path, depth, merged)
                 continue
             if not isinstance(key_node, _ScalarNode):
                 self.unwalked = True
@@ -257,7 +258,7 @@ class _Builder:
             here = path + (key,)
             mark = key_node.start_mark
             line, col = mark.line + 1, mark.column + 1
-            if key in out:
+            if key in out and key not in merged:
                 first = keys.get(here, (line, col))
                 self.issues.append(
                     LoadIssue(
@@ -270,11 +271,12 @@ class _Builder:
                     )
                 )
                 continue
+            merged.discard(key)
             keys[here] = (line, col)
             out[key] = self.build(value_node, here, depth)
         return out
 
-    def _merge(self, out: dict, value_node: yaml.Node, path: Path, depth: int) -> None:
+    def _merge(self, out: dict, value_node: yaml.Node, path: Path, depth: int, merged: set[str]) -> None:
         listed = isinstance(value_node, yaml.SequenceNode)
         sources = value_node.value if listed else [value_node]
         for src in sources:
@@ -283,9 +285,10 @@ class _Builder:
                 line, col = _pos(src)
                 self.issues.append(LoadIssue("TL105", "'<<' merges only mappings", line, col, path))
                 continue
-            merged = self.build(src, path, depth + 1 if listed else depth)
-            for k, v in merged.items():
-                out.setdefault(k, v)
+            for k, v in self.build(src, path, depth + 1 if listed else depth).items():
+                if k not in out:
+                    out[k] = v
+                    merged.add(k)
 
     def _scalar(self, node: yaml.ScalarNode, path: Path) -> Any:
         if node.style in ("'", '"'):
