@@ -99,7 +99,8 @@ CODES: dict[str, str] = {
 FIXES: dict[str, str] = {
     "TL101": "Check the path and the file's permissions; the file must be readable UTF-8 text.",
     "TL102": "Fix the YAML at the reported line and column (indentation, quoting, a missing colon).",
-    "TL103": "Remove or rename the second occurrence of the key; YAML mappings need unique keys.",
+    "TL103": ("Remove or rename the second occurrence of the key; YAML mappings need unique keys (a key"
+              " written in a mapping may override one its `<<` merge brings in)."),
     "TL104": "Reduce the use of anchors and aliases; the expanded document must stay small.",
     "TL105": "Write plain YAML: no `!tags`, plain scalar keys, finite numbers, `<<` merging mappings only.",
     "TL106": "Make the file's top level a mapping (at least `version: 1`); pass the registry where a registry is expected and the plan where a plan is (`toolloop run PLAN`); `toolloop validate` tells them apart by their keys (`subagents` for a registry, `mode` and `subagent` for a plan).",
