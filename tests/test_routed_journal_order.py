@@ -10,7 +10,7 @@ import sqlite3
 import threading
 
 from conftest import APP, write
-from toolloop_cli.engine import routed as routed_module
+from toolloop_cli.engine import routed_calls as routed_module  # where a routed turn gates its call
 from toolloop_cli.engine.run import RunOptions, execute_plan
 from toolloop_cli.plan.admit import admit_plan
 from toolloop_cli.providers.scripted import ScriptedProvider
