@@ -173,10 +173,10 @@ def test_a_child_that_failed_on_its_own_gives_its_parent_an_error_receipt_withou
     assert receipt["child_run_id"] == child and len(model_server.requests) == asked
 
 
-def researcher_parent(tmp_path, model_server):
+def researcher_parent(tmp_path, model_server, name: str = "top.yml", timeout_s: int = 60):
     """A routed plan whose one tool is the ``research`` child plan."""
     p = profile(model_server)
-    return write(tmp_path / "top.yml", f"""
+    return write(tmp_path / name, f"""
         version: 1
         registry: reg.yml
         subagent: t
@@ -185,7 +185,7 @@ def researcher_parent(tmp_path, model_server):
         allowed_tools: [research]
         router_profile: {p}
         final_profile: {p}
-        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 60}}
+        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: {timeout_s}}}
         final_schema: {{type: object}}
     """)
 
@@ -337,19 +337,7 @@ def test_a_child_still_running_when_its_parent_ends_is_cancelled_with_its_summar
     registry(tmp_path)
     child_plan(tmp_path, model_server, "research.yml", "[echo]")
     child_plan(tmp_path, model_server, "deeper.yml", "[echo]")
-    p = profile(model_server)
-    write(tmp_path / "parent.yml", f"""
-        version: 1
-        registry: reg.yml
-        subagent: t
-        mode: routed
-        goal: Ask the researcher.
-        allowed_tools: [research]
-        router_profile: {p}
-        final_profile: {p}
-        budget: {{max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 600}}
-        final_schema: {{type: object}}
-    """)
+    researcher_parent(tmp_path, model_server, "parent.yml", timeout_s=600)
     arrived, release = threading.Event(), threading.Event()
 
     def held(_request):  # the child's first model request: the child is running
