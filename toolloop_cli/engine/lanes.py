@@ -290,7 +290,7 @@ class _Feeder:
                 state.in_flight.add(scope)
                 if lent is not None:
                     lent.lend(scope)
-                    if current is not None and current.cut_short and _stopping_now(state):
+                    if current is not None and current.cut_short and state.cancelling():
                         scope.cancel()  # a halt came as the deadline fired: the call's retries are cancelled
                 try:
                     while True:
@@ -362,12 +362,6 @@ def rejected_receipts(ctx: RunContext, lane: RejectedLane) -> list[Receipt]:
     return [not_run_receipt(ctx, tool, None, seq=seq, item_key=lane.item_key, call_key=call_key,
                             status="invalid_input", message=message, kind="rejected_lane")
             for seq, call_key, tool in lane.calls]
-
-
-def _stopping_now(state: RunState) -> bool:
-    """Work in flight is being cancelled: a signal, an operator's stop, or ``--halt now``."""
-    return state.interrupted or (state.halted and (state.stopped_by is not None
-                                                   or (state.halt is not None and state.halt.when == "now")))
 
 
 def _gappy(seqs: list[int]) -> bool:

@@ -76,6 +76,11 @@ class RunState:
                     for scope in list(self.in_flight):
                         scope.cancel()
 
+    def cancelling(self) -> bool:
+        """Whether work in flight is being cancelled: a signal, an operator's stop, or ``--halt now``."""
+        return self.interrupted or (self.halted and (self.stopped_by is not None
+                                                     or (self.halt is not None and self.halt.when == "now")))
+
     def stop_now(self, why: str) -> None:
         """Stop as ``--halt now`` would: calls in flight are cancelled, the rest skipped."""
         self.stopped_by = why
