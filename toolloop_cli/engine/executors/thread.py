@@ -28,8 +28,12 @@ from ...contract.compiled import ToolSpec
 from . import Executor
 from .failure import ToolRaised, engine_signal
 
+# What trio.from_thread reads in a thread trio started: App code may call it from a sync tool.
+# trio (checked up to 0.35) has no public way to give a thread of our own that standing:
+# from_thread without trio_token= reads only this thread-local, which only trio.to_thread sets
+# (trio.lowlevel.start_thread_soon does not). tests/test_thread_pool.py fails if it moves.
 PARENT_TASK_DATA: Any
-try:  # what trio.from_thread reads in a thread trio started: App code may call it from a sync tool
+try:
     from trio._threads import PARENT_TASK_DATA
 except ImportError:  # pragma: no cover - another trio: from_thread then needs trio_token=
     PARENT_TASK_DATA = None
