@@ -2,7 +2,9 @@
 through callbacks on the task's two item refs, in whatever order Ray's thread makes them, with
 the same outcome the blocking follower gave: a failure before the start ends the call with that
 failure and no process id, a reply that overtakes its start report still starts and ends the
-call, and a call whose refs cannot be had ahead is followed by a thread."""
+call, and a call whose refs cannot be had ahead is followed by a thread. And what the task is
+sent: the call's values as one argument, the identity from which the worker gives
+``current_call()`` the same identity as in the head."""
 
 from __future__ import annotations
 
@@ -120,3 +122,39 @@ def test_without_refs_ahead_a_thread_follows_the_blocking_iterator():
 
     task = trio.run(main)
     assert task.pid == 5150 and task.reply.unwrap() == ("ok", "old")
+
+
+# --- what the task is sent: the call as one argument, with the call's identity ---------------------
+
+
+def in_worker(call):
+    """The task's body as a Ray worker runs it, after the call crossed a process boundary."""
+    import pickle
+
+    return list(ray_executor.toolloop_call(pickle.loads(pickle.dumps(call))))
+
+
+def test_the_worker_gives_current_call_the_identity_the_head_had():
+    from toolloop_cli.engine import identity
+
+    for made in ("pending", "object"):  # as the engine sets it, and as a program sets a whole identity
+        if made == "pending":
+            token = identity.set_pending("run1", 7, "item", "c1", 2, {"team": "a"}, "rc1")
+        else:
+            token = identity.set_current(identity.CallIdentity("run1", 7, "item", "c1", 2, {"team": "a"},
+                                                               identity.idempotency_key("run1", 7), "rc1"))
+        try:
+            head = identity.current_call()
+            fields = ray_executor._identity()
+        finally:
+            identity.reset_current(token)
+        start, reply = in_worker(("toolloop_cli.engine.identity:current_call", {}, False, 10_000, fields))
+        assert reply == ("ok", head) and head.idempotency_key == identity.idempotency_key("run1", 7), made
+        assert dict(head.labels) == {"team": "a"} and head.attempt == 2 and head.receipt_id == "rc1"
+        assert identity.current_identity() is None  # the worker's identity ends with its call
+
+
+def test_outside_a_call_the_worker_has_no_identity():
+    assert ray_executor._identity() is None
+    _start, reply = in_worker(("toolloop_cli.engine.identity:current_call", {}, False, 10_000, None))
+    assert reply[:2] == ("error", "LookupError")
