@@ -194,6 +194,11 @@ def test_a_declaration_read_plainly_is_frozen_and_copies_as_the_model():
     assert plain.context is None  # the original is left as it was
     with pytest.raises(TypeError):
         plain.model_dump()  # only the dump the hashes take is offered
+    import pickle
+
+    for again in (pickle.loads(pickle.dumps(plain)), copy.deepcopy(plain)):  # a contract sent to a worker
+        assert again.model_dump(mode="json", exclude_unset=True) == plain.model_dump(mode="json", exclude_unset=True)
+        assert again.calls[0].args == plain.calls[0].args and again.model_fields_set == plain.model_fields_set
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, bool, str]:

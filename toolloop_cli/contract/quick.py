@@ -65,6 +65,9 @@ class Decl:
         """A copy with ``update``'s fields set to its values, as they are (as the model's copy)."""
         return Decl({**self.__dict__, **update}, {**self._set, **update})
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled and copied whole (its fields cannot be set one by one)
+        return (Decl, (self.__dict__, self._set))
+
     def __repr__(self) -> str:
         return f"Decl({self.__dict__!r})"
 
