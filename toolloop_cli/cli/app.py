@@ -10,7 +10,9 @@ from typing import Optional
 import typer
 
 from . import approvals_cmds, complete_cmd, init_cmd, lint_cmds, mcp_cmd, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
-from . import test_cmd
+from . import _params, test_cmd
+
+_params.install()  # plain command-line values are converted without pydantic (see _params)
 
 app = typer.Typer(
     name="toolloop",

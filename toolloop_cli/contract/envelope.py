@@ -7,10 +7,12 @@ nothing here knows any field by name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._text import quoted
-from .models import EnvelopeDecl
+
+if TYPE_CHECKING:
+    from .models import EnvelopeDecl
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 from pathlib import Path as FsPath
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from .._canonical import sha256_of
 from .._paths import look_at
@@ -17,12 +15,14 @@ from .._text import listing, quoted
 from .callables import resolve
 from .compiled import Contract, SubagentSpec, ToolSpec
 from .document import LoadedDoc, display_path, load_document
-from .models import RegistryDecl, ToolDecl
 from .problems import Collector, Problem, did_you_mean, json_path, not_a
+from .quick import REGISTRY, read
 from .salvage import Partial, drop_consequences, salvage
 from .source import LoadIssue
 from .tools import compile_plan_tool, compile_tool
-from .validation import report_model_errors
+
+if TYPE_CHECKING:  # the models load only where a registry is not plainly well formed
+    from .models import RegistryDecl, ToolDecl
 
 # where the other modules have always found them
 __all__ = ["LoadedDoc", "display_path", "load_document", "load_registry"]
@@ -72,17 +72,24 @@ def load_registry(
         col.add("TL106", "this file is a plan, not a registry", (),
                 "pass the registry first: toolloop validate REGISTRY PLAN")
         return None, _sorted(col.problems)
-    if not_a("registry", doc.data, col, RegistryDecl.model_fields,
+    if not_a("registry", doc.data, col, REGISTRY.names,
              "name the App's registry: a YAML file with 'version: 1' and 'subagents:'"):
         return None, _sorted(col.problems)
     # a value refused while loading (a language tag, NaN) was replaced by null: leave its part out
     broken: list[tuple] = [i.path for i in doc.issues if i.code == "TL105"]
-    try:
-        decl: RegistryDecl | None = RegistryDecl.model_validate(doc.data)
-    except ValidationError as exc:
-        broken += report_model_errors(exc, RegistryDecl, col, data=doc.data)
-        decl = None
-        drop_consequences(col, [json_path(i.path) for i in doc.issues if i.code == "TL105"])
+    decl: Any = None if broken else read(REGISTRY, doc.data)
+    if decl is None:
+        from pydantic import ValidationError
+
+        from .models import RegistryDecl
+        from .validation import report_model_errors
+
+        try:
+            decl = RegistryDecl.model_validate(doc.data)
+        except ValidationError as exc:
+            broken += report_model_errors(exc, RegistryDecl, col, data=doc.data)
+            decl = None
+            drop_consequences(col, [json_path(i.path) for i in doc.issues if i.code == "TL105"])
     partial = Partial()
     if broken:
         decl = salvage(doc.data, broken, partial)

@@ -4,11 +4,12 @@ was left out, so that checks of the rest do not report consequences of the same 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from .models import RegistryDecl, ToolDecl
 from .problems import Collector, did_you_mean
+
+if TYPE_CHECKING:  # the models load only for a registry with broken parts
+    from .models import RegistryDecl
 
 
 @dataclass
@@ -48,6 +49,10 @@ def salvage(data: dict, broken: list[tuple], partial: Partial) -> RegistryDecl |
             partial.skip_evidence = partial.skip_evidence or head == "evidence"
         else:
             _leave_out_in_subagent(subs, loc, partial)  # type: ignore[arg-type]  # not None here
+    from pydantic import ValidationError
+
+    from .models import RegistryDecl
+
     try:
         return RegistryDecl.model_validate(top)
     except ValidationError:
@@ -90,6 +95,8 @@ def _leave_out_in_subagent(subs: dict, loc: tuple, partial: Partial) -> None:
 
 def _leave_out_tool(tools: dict, sid: str, loc: tuple, partial: Partial) -> None:
     """``subagents.SID.tools.TID...`` is broken: drop an unknown key alone, else the tool."""
+    from .models import ToolDecl
+
     tid = loc[3]
     tool = tools.get(tid)
     if (len(loc) == 5 and isinstance(tool, dict) and loc[4] not in ToolDecl.model_fields

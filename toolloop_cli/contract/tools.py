@@ -4,7 +4,7 @@ an MCP server's or a child plan's (``plan: FILE``)."""
 from __future__ import annotations
 
 from pathlib import Path as FsPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._canonical import sha256_of
 from .._paths import look_at
@@ -15,9 +15,11 @@ from .callables import detect_runtime, is_async, resolve
 from .compiled import NO_RETRY, RetryPolicy, ToolSpec, timeout_of
 from .document import load_document
 from .envelope import compile_envelope
-from .models import ToolDecl
 from .problems import Collector
 from .sandbox import compile_sandbox
+
+if TYPE_CHECKING:  # a declaration may also be read without the models (quick.py)
+    from .models import ToolDecl
 
 
 def compile_tool(

@@ -7,8 +7,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path as FsPath
 from typing import IO, TYPE_CHECKING, Any, Iterable
 
-from pydantic import ValidationError
-
 from .._canonical import sha256_of
 from .._json import value_problem
 from .._paths import Looked, look_at
@@ -17,9 +15,12 @@ from ..contract.compiled import Contract, SubagentSpec, ToolSpec
 from ..contract.problems import Collector, Problem, did_you_mean, not_a
 from ..contract.registry import display_path, load_document, load_registry
 from ..contract.schemas import schema_errors
-from ..contract.validation import report_model_errors
+from ..contract.quick import MODE_KEYS, PLAN, read
 from ..errors import ConfigError
-from .models import MODE_KEYS, LaneDecl, PlanDecl
+
+if TYPE_CHECKING:  # the declaration models load only where a plan is not plainly well formed
+    from .lanes import LaneStream
+    from .models import LaneDecl, PlanDecl
 
 #: a lane payload that was refused (reported once, at the payload); calls it would feed are left out
 _UNUSABLE: Any = {}
@@ -96,7 +97,7 @@ def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
         col.add("TL106", "this file is a registry, not a plan", (),
                 "pass a plan (see plans/ for examples); it names its registry with 'registry:'")
         return None, col
-    if not_a("plan", doc.data, col, PlanDecl.model_fields, "pass a plan: a YAML file with 'version: 1', 'registry:', 'subagent:'"
+    if not_a("plan", doc.data, col, PLAN.names, "pass a plan: a YAML file with 'version: 1', 'registry:', 'subagent:'"
              " and 'mode:' (see plans/ for examples)"):
         return None, col
     mode = doc.data.get("mode")
@@ -106,11 +107,18 @@ def load_plan(path: str | os.PathLike) -> tuple[PlanDecl | None, Collector]:
                 if other != mode and key in doc.data:
                     col.add("TL205", f"{quoted(key)} is not used in {mode} mode", (key,),
                             f"remove it, or set mode: {other}", at_key=True)
-    try:
-        decl = PlanDecl.model_validate(doc.data)
-    except ValidationError as exc:
-        report_model_errors(exc, PlanDecl, col, data=doc.data)
-        return None, col
+    decl: Any = read(PLAN, doc.data)
+    if decl is None:
+        from pydantic import ValidationError
+
+        from ..contract.validation import report_model_errors
+        from .models import PlanDecl
+
+        try:
+            decl = PlanDecl.model_validate(doc.data)
+        except ValidationError as exc:
+            report_model_errors(exc, PlanDecl, col, data=doc.data)
+            return None, col
     if col.has_errors:
         return None, col
     return decl, col
@@ -437,7 +445,7 @@ def admit_declaration(
         registry_path=registry_path,
         warnings=warnings,
         spool=spool if spool is not None and spool.lanes else None,
-        stream=LaneStream(adm, lanes, lanes_name) if stream and lanes is not None else None,
+        stream=_lane_stream(adm, lanes, lanes_name) if stream and lanes is not None else None,
         routed=routed,
         child_plans=child_plans,
     )
@@ -507,6 +515,8 @@ def admit_parallel(decl: PlanDecl, adm: _Admitter, col: Collector, lanes: IO[byt
     for i, lane in enumerate(decl.lanes or []):
         adm.lane(lane, ("lanes", i), col)
     if lanes is not None and not stream:
+        from .lanes import read_lanes
+
         read_lanes(lanes, lanes_name, adm, adm.extra, spool)
     elif decl.lanes is None and lanes is None:  # under --stream, lanes are read as the run goes
         col.add("TL202", "a parallel plan needs 'lanes' (or --lanes FILE)", (), "add 'lanes:'", at_key=True)
@@ -525,7 +535,11 @@ def _concurrency(decl: PlanDecl, given: int | None, col: Collector) -> int | Non
     return mc
 
 
-from .lanes import LaneStream, read_lanes  # noqa: E402 - they build on _Admitter above
+def _lane_stream(adm: _Admitter, lanes: IO[bytes], lanes_name: str) -> LaneStream:
+    from .lanes import LaneStream  # built on _Admitter above; loaded only for a --lanes file
+
+    return LaneStream(adm, lanes, lanes_name)
+
 
 if TYPE_CHECKING:  # routed admission (and the router it checks against) loads only for routed plans
     from ..contract.mcp import Listing

@@ -7,13 +7,10 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import orjson
-from pydantic import ValidationError
 
 from .. import _json
 from ..contract.problems import Collector, Problem
 from ..contract.source import SourceMap
-from ..contract.validation import report_model_errors
-from .models import LaneDecl
 
 if TYPE_CHECKING:
     from .admit import AdmittedLane, _Admitter
@@ -21,6 +18,11 @@ if TYPE_CHECKING:
 
 def read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Problem], spool: Any = None) -> None:
     # one collector for the whole stream: every finding is placed at the line being read
+    from pydantic import ValidationError  # the lane model loads only for --lanes
+
+    from ..contract.validation import report_model_errors
+    from .models import LaneDecl
+
     smap = SourceMap(shown)
     col = Collector(smap, problems)
     if spool is not None and hasattr(spool, "item_keys"):
@@ -232,6 +234,11 @@ def _parse_lane(raw: bytes, col: Collector) -> tuple[Any, Any]:
     lane = well_formed(raw)
     if lane is not None:
         return lane, None
+    from pydantic import ValidationError  # a line that is no plain lane: the model says why
+
+    from ..contract.validation import report_model_errors
+    from .models import LaneDecl
+
     try:
         return LaneDecl.model_validate_json(raw), None
     except ValidationError:

@@ -8,16 +8,10 @@ from pydantic import Field, StrictStr
 
 from .._plugins import plugins_back, plugins_off
 from ..contract.models import Closed, NotifyDecl, Schema
+from ..contract.quick import MODE_KEYS  # noqa: F401 - where the plan's checks have always found it
 from ..router.supervisor import RULES
 
 _plugins = plugins_off()  # the classes below are built without pydantic's plugin loader
-
-MODE_KEYS = {
-    "sequential": {"calls"},
-    "parallel": {"lanes", "max_concurrency"},
-    "routed": {"goal", "context", "allowed_tools", "router_profile", "final_profile", "budget",
-               "final_schema", "supervisor", "instructions", "inputs", "outcomes", "routes", "guardrails", "taint"},
-}
 
 
 class CallDecl(Closed):
