@@ -151,7 +151,7 @@ class _Attempts:
         while True:
             if outcome is None:
                 self.count += 1
-                outcome = await self._limited()
+                outcome = await (self._one(None) if tool.max_in_flight is None else self._limited())
             if outcome.status == "timeout" and at_most_once:
                 return outcome, self.count
             if outcome.status in policy.on and self.count < policy.max_attempts:
@@ -167,8 +167,7 @@ class _Attempts:
 
     async def _limited(self) -> Outcome:
         tool = self.tool
-        if tool.max_in_flight is None:
-            return await self._one(None)
+        assert tool.max_in_flight is not None
         # the slot is taken before the deadline runs (waiting for a source is not the call's
         # time) and held for the whole attempt; a thread keeps it until it really ends
         limiter = self.ctx.services.limits.in_flight((tool.subagent, tool.id), tool.max_in_flight)
@@ -325,7 +324,8 @@ class GovernedCall:
 
     async def run(self) -> tuple[Receipt, Any, dict | None]:
         ctx, tool, where = self.ctx, self.tool, self.where
-        self.ran = ran = await _cached(ctx, tool, self.args)
+        # a call whose result is not cached needs nothing looked up (no coroutine to await)
+        self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
         if ran.cache != "hit":
             start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
             self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
@@ -377,11 +377,15 @@ def lane_call(ctx: RunContext, tool: ToolSpec, args: dict, lent: LentDeadline, *
     return GovernedCall(ctx, tool, args, where, args_sha256, ctx.sequence.new_receipt_id(), None, lent)
 
 
+def _reads_cache(ctx: RunContext, tool: ToolSpec) -> bool:
+    return tool.cacheable and ctx.services.cache is not None and not ctx.config.no_cache
+
+
 async def _cached(ctx: RunContext, tool: ToolSpec, args: dict) -> _Ran:
     """A cache hit, or what is needed to run the call and store its result."""
     ran = _Ran(Outcome("ok"))
     cache = ctx.services.cache
-    if not tool.cacheable or cache is None or ctx.config.no_cache:
+    if not _reads_cache(ctx, tool):
         return ran
     ran.key = cache_key(tool, args)
     ran.cache = "miss"
