@@ -350,13 +350,14 @@ class GovernedCall:
         value = ran.outcome.value if ran.outcome.status == "ok" else None
         scrubber = _scrubber(ctx, tool, args, value, self.frame)
         _store(ctx, tool, ran, value, scrubber)
+        shown = _shown(ctx, tool, args, value, ran, scrubber)
         receipt = Receipt(
             run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
             subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
             item_key=where.item_key, call_key=where.call_key, parent_receipt_id=where.parent_receipt_id,
             iteration=where.iteration, receipt_id=self.receipt_id, status=ran.outcome.status,
             abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=self.args_sha,
-            **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(self.started),
+            args=shown[0], result=shown[1], error=shown[2], envelope=shown[3], started_at=rfc3339(self.started),
             finished_at=rfc3339(time.time()), duration_ms=round((time.perf_counter() - self.t0) * 1000, 3),
             approval=where.approval, child_run_id=ran.outcome.child_run_id, isolation=isolation_of(tool),
             taint=taint_of(ctx, tool),
@@ -460,7 +461,8 @@ def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scr
         ran.flight.release(stored=stored)
 
 
-def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran, scrubber: Scrubber | None) -> dict:
+def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran,
+           scrubber: Scrubber | None) -> tuple[Any, Any, dict | None, dict | None]:
     """The receipt's ``args``, ``result``, ``error`` and ``envelope``, redacted."""
     red = ctx.redactor(tool)
     error = ran.outcome.error
@@ -477,7 +479,7 @@ def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran, s
     if scrubber is not None:
         shown_args, shown_result = scrubber.deep(shown_args), scrubber.deep(shown_result)
         shown_envelope = scrubber.deep(shown_envelope)
-    return {"args": shown_args, "result": shown_result, "error": error, "envelope": shown_envelope}
+    return shown_args, shown_result, error, shown_envelope
 
 
 async def give_evidence(ctx: RunContext, receipt: Receipt) -> None:
