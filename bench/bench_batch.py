@@ -16,10 +16,14 @@ on a busy machine hits them alike; medians are reported.
   IO fan-out      wall time, as the figure is about waiting: extra = wall(1,000 calls of 50 ms)
                   - wall(64 calls) at -j 64, and the fraction of ideal = 15 x 50 ms / extra, for
                   toolloop and for both bare loops
+  fan-out probe   (--only fanprobe) where the bare trio pool's own fan-out goes: the same pool of
+                  1,000 x 50 ms at -j 64, each worker timing how late each sleep of its own ends
+                  (past its 50 ms) and the time between its sleeps (its share of the loop's work);
+                  a worker's chain is 16 sleeps, so 15 x (late + between) is what the figure loses
   streamed RSS    peak RSS (ru_maxrss) of ``toolloop run --lanes - --stream`` of 1M lanes
                   against 10k lanes (--rss-lanes to change the large count)
 
-Usage: python bench/bench_batch.py [--only async thread fanout rss] [--small 2000] [--large 12000]
+Usage: python bench/bench_batch.py [--only async thread fanout fanprobe rss] [--small 2000] [--large 12000]
        [--repeat 5] [-k 64] [--editable]
 """
 
@@ -110,6 +114,43 @@ ASYNCIO_GATHER = textwrap.dedent(
         await asyncio.gather(*(one(i) for i in range(n)))
 
     asyncio.run(main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[5])))
+    """
+)
+
+
+FAN_PROBE = textwrap.dedent(
+    """
+    import statistics, sys, time, trio
+
+    async def main(n, k, ms):
+        send, recv = trio.open_memory_channel(k * 2)
+        late, between = [], []
+        out = sys.stdout.buffer
+
+        async def worker(recv):
+            ended = None
+            async with recv:
+                async for i in recv:
+                    t0 = time.perf_counter()
+                    if ended is not None:
+                        between.append(t0 - ended)
+                    await trio.sleep(ms / 1000)
+                    late.append(time.perf_counter() - t0 - ms / 1000)
+                    out.write(b'{"type": "receipt", "seq": %d}\\n' % i)
+                    out.flush()
+                    ended = time.perf_counter()
+
+        t = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(k):
+                nursery.start_soon(worker, recv.clone())
+            recv.close()
+            async with send:
+                for i in range(n):
+                    await send.send(i)
+        print(time.perf_counter() - t, statistics.mean(late), statistics.mean(between), file=sys.stderr)
+
+    trio.run(main, int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
     """
 )
 
@@ -232,6 +273,29 @@ class Batch:
                     f"{frac['trio']:.2f}, asyncio.gather {frac['asyncio']:.2f} (same run); median of {repeat}",
                     "python bench/run_all.py --only fanout")]
 
+    def fan_probe(self, repeat: int) -> list[Row]:
+        """Why the bare trio pool itself falls short of ideal: how late its sleeps end, and the
+        time between a worker's sleeps."""
+        import subprocess
+
+        calls, ms, k = self.FAN_CALLS, self.FAN_MS, self.FAN_K
+        (self.dir / "fan_probe.py").write_text(FAN_PROBE)
+        runs = []
+        for _ in range(repeat):
+            done = subprocess.run([sys.executable, str(self.dir / "fan_probe.py"), str(calls), str(k), str(ms)],
+                                  cwd=self.dir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  check=True)
+            runs.append([float(x) for x in done.stderr.split()])
+        wall, late, between = (median([r[i] for r in runs]) for i in range(3))
+        chain = -(-calls // k) - 1
+        ideal = chain * ms / 1000
+        lost = chain * (late + between)
+        return [Row("  bare trio pool's own fan-out: lost per sleep (late + between)", (late + between) * 1000, None,
+                    ideal / (ideal + lost), "-", "-", None, "ms",
+                    f"a sleep ends {late * 1000:.2f} ms late, {between * 1000:.2f} ms between a worker's sleeps; "
+                    f"x {chain} = {lost * 1000:.0f} ms lost, fraction of ideal {ideal / (ideal + lost):.2f} "
+                    f"(whole run {wall:.3f} s); median of {repeat}", "python bench/bench_batch.py --only fanprobe")]
+
     def rss(self, large: int) -> list[Row]:
         small = 10_000
 
@@ -252,7 +316,7 @@ class Batch:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="*", choices=("async", "thread", "fanout", "rss"), default=["async", "thread"])
+    ap.add_argument("--only", nargs="*", choices=("async", "thread", "fanout", "fanprobe", "rss"), default=["async", "thread"])
     ap.add_argument("-k", type=int, default=64, help="max_concurrency of the per-call figures (default 64)")
     ap.add_argument("--small", type=int, default=2000)
     ap.add_argument("--large", type=int, default=12000)
@@ -266,7 +330,8 @@ def main() -> None:
         t0 = time.perf_counter()
         for name in opts.only:
             rows = (batch.per_call(name, opts.small, opts.large, opts.repeat) if name in ("async", "thread")
-                    else batch.fan_out(opts.repeat) if name == "fanout" else batch.rss(opts.rss_lanes))
+                    else batch.fan_out(opts.repeat) if name == "fanout"
+                    else batch.fan_probe(opts.repeat) if name == "fanprobe" else batch.rss(opts.rss_lanes))
             for r in rows:
                 ratio = f" = {r.ratio:.2f}" if r.ratio is not None else ""
                 base = f" / {r.baseline:.2f}" if r.baseline is not None else ""

@@ -56,3 +56,28 @@ def test_a_receipt_is_still_a_frozen_dataclass_with_its_fields_in_order():
     assert Receipt.from_record(by_keyword.as_record()) == by_keyword
     with pytest.raises(TypeError):
         Receipt(run_id="r")  # type: ignore[call-arg]
+
+
+def test_a_built_receipt_is_of_its_own_class_and_its_record_keeps_the_documented_order():
+    made = Receipt(**FIELDS)
+    assert type(made) is Receipt and made.__class__ is Receipt
+    assert dataclasses.is_dataclass(made) and isinstance(made, Receipt)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.seq = 2  # type: ignore[misc]
+    rec = made.as_record()
+    assert list(rec) == ["type", *(f.name for f in dataclasses.fields(Receipt))]
+    assert rec == {"type": "receipt", **FIELDS, "approval": None, "child_run_id": None, "isolation": None,
+                   "taint": None}
+    rec["status"] = "error"  # each record is a dict of its own: changing one changes no other
+    assert made.as_record()["status"] == "ok" and made.as_record() is not made.as_record()
+
+
+def test_a_subclass_of_receipt_is_built_field_by_field_and_stays_frozen():
+    class Kept(Receipt):
+        __slots__ = ("note",)
+
+    made = Kept(**FIELDS)
+    assert type(made) is Kept and made == Kept(*FIELDS.values())
+    assert [getattr(made, n) for n in FIELDS] == list(FIELDS.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.status = "error"  # type: ignore[misc]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+
 from conftest import APP, jsonl, write
 
 REG = APP / "registry.yml"
@@ -96,7 +98,11 @@ def test_admission_hands_streamed_lanes_to_the_spool_not_to_memory(tmp_path):
     store.close()
 
 
-def test_a_duplicate_item_key_pages_after_the_first_is_found_in_the_journal(tmp_path):
+@pytest.mark.parametrize("keep", [10_000, 100, 0], ids=["keys-held-while-kept", "kept-then-filter", "filter"])
+def test_a_duplicate_item_key_pages_after_the_first_is_found_in_the_journal(tmp_path, keep):
+    """Whether the keys are held (the lanes kept in memory), handed to the filter and the journal
+    when the spool stops keeping (keep=100: the first key before, its duplicate after), or in the
+    filter from the start, the same duplicates are found with the same lanes named."""
     from toolloop_cli.engine.spool import LaneSpool
     from toolloop_cli.errors import ConfigError
     from toolloop_cli.plan.admit import admit_plan
@@ -106,8 +112,10 @@ def test_a_duplicate_item_key_pages_after_the_first_is_found_in_the_journal(tmp_
     with open(path, "a") as fh:  # line 301 repeats the key of line 5, journaled pages before
         fh.write(json.dumps({"item_key": "k4", "calls": [{"tool": "echo", "args": {}}]}) + "\n")
         fh.write(json.dumps({"item_key": "inline", "calls": [{"tool": "echo", "args": {}}]}) + "\n")
+        fh.write(json.dumps({"item_key": "k150", "calls": [{"tool": "echo", "args": {}}]}) + "\n")
+        fh.write(json.dumps({"item_key": "k300", "calls": [{"tool": "echo", "args": {}}]}) + "\n")
     store = Store(tmp_path / "state")
-    spool = LaneSpool(store, "run-d", page=16)
+    spool = LaneSpool(store, "run-d", page=16, keep_calls=keep)
     with open(path, "rb") as fh:
         try:
             admit_plan(plan(tmp_path), lanes=fh, spool=spool)
@@ -116,9 +124,11 @@ def test_a_duplicate_item_key_pages_after_the_first_is_found_in_the_journal(tmp_
         else:
             raise AssertionError("duplicates admitted")
     store.close()
-    # lane 0 is the plan file's, so line 5 of the file is lane 5
+    assert spool.keeping == (keep == 10_000)
+    # lane 0 is the plan file's, so line 5 of the file is lane 5; k300 is new
     assert problems == [(301, "TL405", "duplicate item_key 'k4' (first in lane 5)"),
-                        (302, "TL405", "duplicate item_key 'inline' (first in lane 0)")]
+                        (302, "TL405", "duplicate item_key 'inline' (first in lane 0)"),
+                        (303, "TL405", "duplicate item_key 'k150' (first in lane 151)")]
 
 
 def _lane_rows(lanes):

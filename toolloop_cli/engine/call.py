@@ -151,7 +151,7 @@ class _Attempts:
         while True:
             if outcome is None:
                 self.count += 1
-                outcome = await self._limited()
+                outcome = await (self._one(None) if tool.max_in_flight is None else self._limited())
             if outcome.status == "timeout" and at_most_once:
                 return outcome, self.count
             if outcome.status in policy.on and self.count < policy.max_attempts:
@@ -167,8 +167,7 @@ class _Attempts:
 
     async def _limited(self) -> Outcome:
         tool = self.tool
-        if tool.max_in_flight is None:
-            return await self._one(None)
+        assert tool.max_in_flight is not None
         # the slot is taken before the deadline runs (waiting for a source is not the call's
         # time) and held for the whole attempt; a thread keeps it until it really ends
         limiter = self.ctx.services.limits.in_flight((tool.subagent, tool.id), tool.max_in_flight)
@@ -325,7 +324,8 @@ class GovernedCall:
 
     async def run(self) -> tuple[Receipt, Any, dict | None]:
         ctx, tool, where = self.ctx, self.tool, self.where
-        self.ran = ran = await _cached(ctx, tool, self.args)
+        # a call whose result is not cached needs nothing looked up (no coroutine to await)
+        self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
         if ran.cache != "hit":
             start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
             self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
@@ -350,13 +350,14 @@ class GovernedCall:
         value = ran.outcome.value if ran.outcome.status == "ok" else None
         scrubber = _scrubber(ctx, tool, args, value, self.frame)
         _store(ctx, tool, ran, value, scrubber)
+        shown = _shown(ctx, tool, args, value, ran, scrubber)
         receipt = Receipt(
             run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
             subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
             item_key=where.item_key, call_key=where.call_key, parent_receipt_id=where.parent_receipt_id,
             iteration=where.iteration, receipt_id=self.receipt_id, status=ran.outcome.status,
             abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=self.args_sha,
-            **_shown(ctx, tool, args, value, ran, scrubber), started_at=rfc3339(self.started),
+            args=shown[0], result=shown[1], error=shown[2], envelope=shown[3], started_at=rfc3339(self.started),
             finished_at=rfc3339(time.time()), duration_ms=round((time.perf_counter() - self.t0) * 1000, 3),
             approval=where.approval, child_run_id=ran.outcome.child_run_id, isolation=isolation_of(tool),
             taint=taint_of(ctx, tool),
@@ -377,11 +378,15 @@ def lane_call(ctx: RunContext, tool: ToolSpec, args: dict, lent: LentDeadline, *
     return GovernedCall(ctx, tool, args, where, args_sha256, ctx.sequence.new_receipt_id(), None, lent)
 
 
+def _reads_cache(ctx: RunContext, tool: ToolSpec) -> bool:
+    return tool.cacheable and ctx.services.cache is not None and not ctx.config.no_cache
+
+
 async def _cached(ctx: RunContext, tool: ToolSpec, args: dict) -> _Ran:
     """A cache hit, or what is needed to run the call and store its result."""
     ran = _Ran(Outcome("ok"))
     cache = ctx.services.cache
-    if not tool.cacheable or cache is None or ctx.config.no_cache:
+    if not _reads_cache(ctx, tool):
         return ran
     ran.key = cache_key(tool, args)
     ran.cache = "miss"
@@ -456,7 +461,8 @@ def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scr
         ran.flight.release(stored=stored)
 
 
-def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran, scrubber: Scrubber | None) -> dict:
+def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran,
+           scrubber: Scrubber | None) -> tuple[Any, Any, dict | None, dict | None]:
     """The receipt's ``args``, ``result``, ``error`` and ``envelope``, redacted."""
     red = ctx.redactor(tool)
     error = ran.outcome.error
@@ -473,7 +479,7 @@ def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran, s
     if scrubber is not None:
         shown_args, shown_result = scrubber.deep(shown_args), scrubber.deep(shown_result)
         shown_envelope = scrubber.deep(shown_envelope)
-    return {"args": shown_args, "result": shown_result, "error": error, "envelope": shown_envelope}
+    return shown_args, shown_result, error, shown_envelope
 
 
 async def give_evidence(ctx: RunContext, receipt: Receipt) -> None:

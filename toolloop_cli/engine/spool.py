@@ -71,10 +71,11 @@ def lane_rows(lanes: list[AdmittedLane]) -> tuple[list[tuple], list[tuple]]:
 class ItemKeys:
     """Item key -> lane index of a run's admitted lanes, for refusing duplicates, in bounded memory:
     the lanes admitted before the spool took over (the plan file's, a bounded few) and those in
-    the spool's current page are held here; every other one is looked up in the journal (an
-    index on the lanes table). Behaves as the dict admission used to keep."""
+    the spool's current page are held here; while the spool keeps its lanes in memory
+    (``KEEP_CALLS``) the keys of every lane are held too; past that, every other one is looked
+    up in the journal (an index on the lanes table). Behaves as the dict admission used to keep."""
 
-    __slots__ = ("spool", "held", "page", "seen")
+    __slots__ = ("spool", "held", "page", "seen", "known")
 
     #: bits of the filter of keys seen: 1 MiB whatever the number of lanes; a key it has not seen
     #: is new without asking the journal, and at a million lanes about 1 new key in 20 is asked
@@ -85,12 +86,26 @@ class ItemKeys:
         self.held = dict(held)
         self.page: dict[str, int] = {}  # keys of the lanes buffered, not journaled yet
         self.seen = bytearray(self.BITS >> 3)
+        #: every key the spool took while it keeps its lanes (as many as those lanes, so bounded
+        #: by them): a plain lookup instead of the filter's two hashes a lane; None after
+        self.known: dict[str, int] | None = {} if spool.keeping else None
 
     def _bits(self, key: str) -> tuple[int, int]:
         h = hash(key)
         return h & (self.BITS - 1), (h >> 23) & (self.BITS - 1)
 
+    def _mark(self, key: str) -> None:
+        a, b = self._bits(key)
+        self.seen[a >> 3] |= 1 << (a & 7)
+        self.seen[b >> 3] |= 1 << (b & 7)
+
     def get(self, key: str, default: int | None = None) -> int | None:
+        known = self.known
+        if known is not None:
+            found = known.get(key)
+            if found is None:
+                found = self.held.get(key)
+            return default if found is None else found
         found = self.page.get(key)
         if found is None:
             found = self.held.get(key)
@@ -112,12 +127,21 @@ class ItemKeys:
 
     def __setitem__(self, key: str, lane: int) -> None:
         self.page[key] = lane
-        a, b = self._bits(key)
-        self.seen[a >> 3] |= 1 << (a & 7)
-        self.seen[b >> 3] |= 1 << (b & 7)
+        known = self.known
+        if known is None:
+            self._mark(key)
+        elif self.spool.keeping:
+            known[key] = lane
+        else:  # the spool stopped keeping its lanes: the filter takes over, from every key so far
+            for k in known:
+                self._mark(k)
+            self._mark(key)
+            self.known = None
 
     def __delitem__(self, key: str) -> None:
         # only a lane not journaled yet is taken back (a lane refused by run --stream)
+        if self.known is not None:
+            self.known.pop(key, None)
         if self.page.pop(key, None) is None:
             self.held.pop(key, None)
 
@@ -145,6 +169,11 @@ class LaneSpool:
         self._args: dict[int, dict] = {}  # seq -> arguments that hold a redacted value
         self._payloads: dict[int, dict] = {}  # lane -> payload that holds a redacted value
         self.keys: ItemKeys | None = None
+
+    @property
+    def keeping(self) -> bool:
+        """Whether the lanes admitted so far are all kept in memory."""
+        return self._kept is not None
 
     def item_keys(self, held: dict[str, int]) -> ItemKeys:
         """The run's item-key index from now on: ``held`` (keys admitted before, kept in memory)
