@@ -165,7 +165,8 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         else:
             providers = self.spec.make_providers(self.env, given=run.providers)
         self.models = ModelCalls(providers, run_id=run.run_id, journal=self._journal_answer, recorded=recorded,
-                                 rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer)
+                                 rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer,
+                                 drop=run.drop_model_answers)
         self._note_starts(run)
         run.watch(self._handed)
         self.budgets.at_start()
@@ -194,6 +195,8 @@ class RoutedRunner(FinalAnswer, LoopCalls):
                 for p in providers.values():
                     if not any(p is g for g in given):  # an instance the caller gave stays the caller's
                         await p.aclose()
+        if outcome is not None:  # ended on its own before recorded answers it went past (not a signal)
+            self.models.went_past()
         if outcome not in (None, "paused"):
             self.supervision.late_controls(outcome)
         run.set_total_calls(self.seq)

@@ -156,6 +156,20 @@ class Records(Database):
 
         self._transaction(work)
 
+    def drop_model_answers(self, run_id: str, from_n: int) -> None:
+        """Forget the run's answers numbered ``from_n`` and after: a resumed run went another way
+        than the attempt that journaled them, so they are not the run's. Each gets a link saying
+        so (the empty record's digest), so ``runs verify`` still holds and a later resume, replay
+        or export never takes one of them as the run's."""
+        def work() -> None:
+            gone = [n for (n,) in self.db.execute(
+                "SELECT n FROM model_answers WHERE run_id=? AND n>=? ORDER BY n", (run_id, from_n))]
+            if gone:
+                self.db.execute("DELETE FROM model_answers WHERE run_id=? AND n>=?", (run_id, from_n))
+                link(self.db, [(run_id, "model_answer", n, None) for n in gone])
+
+        self._transaction(work)
+
     def model_answers_of(self, run_id: str) -> list[dict]:
         with self._lock:
             rows = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
