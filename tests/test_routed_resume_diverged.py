@@ -112,10 +112,14 @@ def test_answers_a_resumed_run_went_past_are_not_the_runs(tmp_path, cli):
     assert len(third.requests) == 3  # turn 3, turn 4 and the final answer: nothing stale reused
     decisions = [r for r in records if r["type"] == "decision"]
     assert decisions[2]["args"] == {"key": "fresh"}
+    # the call of the turn the run went past is not this run's either: turn 3's call runs
+    receipts = [r for r in records if r["type"] == "receipt"]
+    assert receipts[2]["args"] == {"key": "fresh"} and receipts[2]["result"] == {"received": {"key": "fresh"}}
     texts = [t for _n, t in answers_of(tmp_path, run_id)]
     assert texts == [*first_turns[:2], call("echo", key="fresh"), FINAL, '{"answer": 1}']
 
     state = str(tmp_path / "state")
     exported = jsonl(cli("runs", "export", run_id, "--state-dir", state).stdout)
     assert [r["text"] for r in exported if r.get("type") == "model_answer"] == texts
+    assert "stale" not in json.dumps(exported)  # no answer, request, receipt or record of the path gone
     assert cli("runs", "verify", run_id, "--state-dir", state).returncode == 0

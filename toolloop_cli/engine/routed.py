@@ -166,7 +166,7 @@ class RoutedRunner(FinalAnswer, LoopCalls):
             providers = self.spec.make_providers(self.env, given=run.providers)
         self.models = ModelCalls(providers, run_id=run.run_id, journal=self._journal_answer, recorded=recorded,
                                  rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer,
-                                 drop=run.drop_model_answers)
+                                 drop=self._went_past)
         self._note_starts(run)
         run.watch(self._handed)
         self.budgets.at_start()
@@ -201,6 +201,13 @@ class RoutedRunner(FinalAnswer, LoopCalls):
             self.supervision.late_controls(outcome)
         run.set_total_calls(self.seq)
         return self._end(outcome, final, why)
+
+    def _went_past(self, from_n: int) -> None:
+        """The run goes another way than its recorded answers from ``from_n`` on: they, and the
+        calls the recording made from this turn's seq on, are not its own (``ModelCalls``)."""
+        if self.recording is not None:
+            self.recording.went_past(self.seq)
+        self.handle.drop_went_past(from_n, self.seq)
 
     def _forked(self, answers: Any, run: RunHandle) -> dict[str, Any]:
         from ..providers.replay import ForkProvider
