@@ -21,7 +21,9 @@ the summary while a run is paused (a person answers, an operator aborts): only s
 follow the summary's head.
 
 A record replaced later (a resumed run settles a call again, a request is answered) keeps its old
-link: only the last link for each record is checked against what the journal holds now. ``verify``
+link: only the last link for each record is checked against what the journal holds now. A
+``model_answer`` or ``receipt`` whose last link carries the empty string's digest was dropped (a
+resumed run went another way than the attempt that journaled it): the journal must no longer hold it. ``verify``
 recomputes the chain and names the first record that does not match; given a head kept elsewhere
 (``expect``: a ``chain_sha256`` printed when the run, or an earlier session of it, ended), it also
 checks that the chain still passes through it, which a journal rewritten with recomputed links
@@ -147,6 +149,8 @@ def _link_problem(link: Link, previous: str, last: dict[tuple[str, int], int], l
     if not checked:
         return None
     text = current.get((link.kind, link.ref))
+    if text is None and link.kind in ("model_answer", "receipt") and link.record_sha256 == EMPTY_SHA256:
+        return None  # dropped: not the run's answer
     if text is None:
         return f"{describe(link.kind, link.ref)} is missing from the journal (link {link.n})"
     if record_sha256(text) != link.record_sha256:

@@ -14,7 +14,7 @@ from ..contract.compiled import ToolSpec, timeout_of
 from ..contract.sandbox import isolation_of
 from .taint import taint_of
 from ..receipts import Receipt, rfc3339
-from .child_runs import ChildFailed, ChildResult
+from .child_runs import ChildFailed, ChildResult, cut_short_child
 from .context import RunContext
 from .executors import Executor, WorkerLost
 from .executors.thread import HeldSlot
@@ -91,6 +91,14 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
     if isinstance(value, ChildResult):
         return Outcome("ok", value.value, child_run_id=value.child_run_id)
     return Outcome("ok", value)
+
+
+def _cut_short_child_id(ctx: RunContext, tool: ToolSpec, ran: Any, seq: int) -> str | None:
+    """A ``plan:`` call cut short by its timeout names the child run it had started."""
+    if tool.kind != "plan" or ran.outcome.status != "timeout":
+        return None
+    child = cut_short_child(ctx, tool, seq)
+    return child["run_id"] if child is not None else None
 
 
 def timed_out(timeout: float | None, executor: Executor) -> Outcome:
@@ -359,7 +367,8 @@ class GovernedCall:
             abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=self.args_sha,
             args=shown[0], result=shown[1], error=shown[2], envelope=shown[3], started_at=rfc3339(self.started),
             finished_at=rfc3339(time.time()), duration_ms=round((time.perf_counter() - self.t0) * 1000, 3),
-            approval=where.approval, child_run_id=ran.outcome.child_run_id, isolation=isolation_of(tool),
+            approval=where.approval, isolation=isolation_of(tool),
+            child_run_id=ran.outcome.child_run_id or _cut_short_child_id(ctx, tool, ran, where.seq),
             taint=taint_of(ctx, tool),
         )
         if ctx.services.audit is not None:

@@ -40,6 +40,18 @@ class ChildPaused(BaseException):
         super().__init__(f"child run {child_run_id} paused")
 
 
+def cut_short_child(ctx: Any, tool: Any, seq: int) -> dict | None:
+    """The child run a ``plan:`` call at ``seq`` had started when the call was cut short (its
+    timeout, a halt, a signal, the loop's end): it ended before the call's receipt is made, so the
+    receipt names it (``child_run_id``) whichever runner the parent is. None for another tool, or
+    when no child had started."""
+    if getattr(tool, "kind", None) != "plan":
+        return None
+    store = ctx.services.cache
+    found = store.child_run(ctx.config.run_id, seq) if store is not None else None
+    return found if found is not None and found["status"] != "running" else None
+
+
 def redacted_pointers(value: Any, shown: Any, at: str = "") -> list[str]:
     """The JSON Pointers at which ``shown`` (``value`` redacted) holds the marker instead of the
     value: a child run whose journaled context has any cannot be resumed or replayed on its own,

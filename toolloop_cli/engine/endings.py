@@ -14,6 +14,7 @@ from typing import Any
 from .._text import excerpt
 from ..receipts import Receipt, rfc3339
 from .call import not_run_receipt
+from .child_runs import cut_short_child
 from .context import RunContext
 
 #: the longest ``error.message`` (a model's or an operator's words are quoted in part)
@@ -79,7 +80,7 @@ def cut_short_receipt(ctx: RunContext, call: InFlight, *, started: bool, why: st
                    " run it again on purpose with --retry-interrupted")
     else:
         status, message = "cancelled", f"{why} while this call was running; it was cancelled"
-    child = _child_cut_short(ctx, call) if tool.kind == "plan" else None
+    child = cut_short_child(ctx, tool, call.seq)
     if child is not None:
         message += f"; its child run {child['run_id']} was cancelled with it and ended {child['status']}"
     receipt = not_run_receipt(ctx, tool, call.args, seq=call.seq, item_key=None, call_key=str(call.iteration),
@@ -91,10 +92,3 @@ def cut_short_receipt(ctx: RunContext, call: InFlight, *, started: bool, why: st
     return dataclasses.replace(receipt, attempts=1, started_at=rfc3339(call.started_at),
                                finished_at=rfc3339(time.time()),
                                duration_ms=round((time.perf_counter() - call.t0) * 1000, 3))
-
-
-def _child_cut_short(ctx: RunContext, call: InFlight) -> dict | None:
-    """The child run a cancelled ``plan:`` call had started (it ended before the call's receipt)."""
-    store = ctx.services.cache
-    found = store.child_run(ctx.config.run_id, call.seq) if store is not None else None
-    return found if found is not None and found["status"] != "running" else None

@@ -82,6 +82,12 @@ class RunHandle:
         resume would find it."""
         self._journal.write(self._store.put_model_answer, rec)
 
+    def drop_went_past(self, from_n: int, from_seq: int) -> None:
+        """The run went another way than the attempt that journaled its answers from ``from_n``
+        on and its calls from ``from_seq`` on: they are dropped (on the journal thread, in order
+        with the run's records)."""
+        self._journal.write(self._store.drop_went_past, self.run_id, from_n, from_seq)
+
     async def synced(self) -> None:
         """Return once the journal holds every record handed to it so far (as the session's
         ``committed`` waits: a run on its own clock does not let that clock run meanwhile)."""

@@ -3,6 +3,7 @@ lanes concurrent up to ``max_concurrency``, receipts emitted in input order (``s
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any, Callable, Iterable, Iterator
 
@@ -12,7 +13,7 @@ from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
 from ..plan.lanes import RejectedLane
 from ..receipts import Receipt
 from .call import GovernedCall, execute_call, lane_call, not_run_receipt
-from .child_runs import ChildPaused
+from .child_runs import ChildPaused, cut_short_child
 from .context import RunContext
 from .gates import Refuse, Wait, check_call
 from .limits import LentDeadline, Watchdog
@@ -45,11 +46,15 @@ class _LaneRun:
         self.in_call: GovernedCall | None = None  # the call running on the lent deadline
         self.cut_short = False  # its attempt in flight ran out of time: go on with it
 
-    def _not_run(self, call: AdmittedCall, args: Any, status: str, message: str, approval: dict | None = None) -> None:
-        self.settlement.settle(not_run_receipt(
+    def _not_run(self, call: AdmittedCall, args: Any, status: str, message: str, approval: dict | None = None,
+                 child: dict | None = None) -> None:
+        receipt = not_run_receipt(
             self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
             status=status, message=message, args_sha256=call.args_sha256 if args is call.args else None,
-            approval=approval))
+            approval=approval)
+        if child is not None:  # a cancelled ``plan:`` call names the child run it had started
+            receipt = dataclasses.replace(receipt, child_run_id=child["run_id"])
+        self.settlement.settle(receipt)
 
     async def run(self) -> None:
         state = self.state
@@ -155,7 +160,11 @@ class _LaneRun:
         self.pos += 1
         why = ("interrupted by a signal" if self.state.interrupted
                else self.state.stopped_by or f"the batch was halted ({halt_text(self.state.halt)})")
-        self._not_run(call, self.current_args if self.current_args is not None else call.args, "cancelled", why)
+        child = cut_short_child(self.ctx, call.tool, call.seq)
+        if child is not None:
+            why += f"; its child run {child['run_id']} was cancelled with it and ended {child['status']}"
+        self._not_run(call, self.current_args if self.current_args is not None else call.args, "cancelled", why,
+                      child=child)
         self.stop_reason = f"call '{call.call_key}' in this lane was cancelled"
 
 

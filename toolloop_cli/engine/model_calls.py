@@ -57,13 +57,17 @@ class ModelCalls:
     ``journal`` commits each answer (a ``model_answer`` record), and returns once it has, before
     the loop uses it.
     ``recorded`` are the answers a resumed run already has, in order: each is reused while the run
-    asks the same requests in the same order, and the first mismatch ends their reuse.
+    asks the same requests in the same order, and the first mismatch ends their reuse. The
+    recorded answers the run then goes past are not its own: ``drop`` forgets them in the journal
+    (from the mismatch on, before the new answer takes its number; or, at the end of a run that
+    ended before reaching them, through ``went_past``).
     """
 
     def __init__(self, providers: Mapping[str, Any], *, run_id: str, journal: Callable[[dict], Awaitable[None]],
                  recorded: Sequence[dict] = (), rng: Any = None,
                  on_answer: Callable[..., None] | None = None,
-                 warn: Callable[[str], None] | None = None):
+                 warn: Callable[[str], None] | None = None,
+                 drop: Callable[[int], None] | None = None):
         import random
 
         self.warn = warn  # one line for a person (standard error in the CLI)
@@ -75,6 +79,7 @@ class ModelCalls:
         self.run_id = run_id
         self.journal = journal
         self._recorded = list(recorded)
+        self._drop = drop
         self._next = 0
         self.rng = rng or random.Random()
         self.count = 0  # requests made (a retried request counts once)
@@ -131,6 +136,14 @@ class ModelCalls:
             self.on_answer(record, profile.model, started_ns, provider=profile.provider)
         return Answer(n, role, reply, duration_ms, False)
 
+    def went_past(self) -> None:
+        """The run will reuse none of the recorded answers it has not reused yet (it went another
+        way, or it ended before reaching them): they are dropped from the journal."""
+        left, self._recorded = self._recorded, []
+        first = left[0].get("n") if left else None
+        if isinstance(first, int) and self._drop is not None:
+            self._drop(first)
+
     def _no_usage(self, role: str, provider: Any, cost_budget: bool) -> None:
         server = getattr(provider, "server", None)
         who = f"the server {server}" if server else "the provider"
@@ -146,7 +159,7 @@ class ModelCalls:
         if not self._recorded:
             return None
         if not self._matches(n, role):
-            self._recorded = []  # the run went another way: from here on, the models answer anew
+            self.went_past()  # the run went another way: from here on, the models answer anew
             return None
         rec = self._recorded.pop(0)
         moved = getattr(self.providers.get(role), "reused", None)

@@ -75,6 +75,12 @@ class Recording:
     #: with ``answers`` and ``receipts`` the recorded turns before its first live one
     fork: Fork | None = None
 
+    def went_past(self, seq: int) -> None:
+        """The resumed run went another way than the recording from call ``seq`` on: the
+        receipts and start markers recorded there are not its own."""
+        self.receipts = {s: r for s, r in self.receipts.items() if s < seq or r.get("parent_receipt_id") is not None}
+        self.started = {s for s in self.started if s < seq}
+
     def action(self, seq: int, tool: object) -> str | None:
         """On resume, what the call at ``seq`` gets by the resume table (``rerun.py``): ``keep``
         its receipt, ``run`` again, or ``interrupted`` (a write that was in flight); None on replay.

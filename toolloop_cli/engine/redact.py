@@ -182,6 +182,28 @@ def scrub_record(rec: dict, secrets: Any) -> dict:
     return {k: v if k in _OWN_FIELDS else secrets.deep(v) for k, v in rec.items()}
 
 
+def without_run_secrets(secrets: RunSecrets, lanes: list[tuple], calls: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+    """The journal rows of admitted lanes and calls (``spool.lane_rows``) with what a plan wrote
+    literally withheld where it holds one of the run's secrets (a credential written as an
+    argument or in a lane's payload): the arguments are stored as NULL and the payload as its
+    hash only, as for a redacted value, so a resume rebuilds them from the plan (checked against
+    the hash the row keeps). A scrubbed copy is not stored instead: a resume would call the tool
+    with the marker."""
+    if not secrets:
+        return lanes, calls
+    from .. import _json
+    from .._canonical import sha256_of
+
+    def holds(text: str | None) -> bool:
+        return text is not None and secrets.text(text) != text
+
+    calls = [(*c[:5], None, *c[6:]) if holds(c[5]) else c for c in calls]
+    lanes = [(i, key, payload, sha256_of(payload)) if withheld is None and payload is not None
+             and holds(_json.dumps_text(payload)) else (i, key, payload, withheld)
+             for i, key, payload, withheld in lanes]
+    return lanes, calls
+
+
 #: variables whose values are credentials wherever toolloop runs (the web page's and the MCP
 #: server's tokens): a run started by either never writes them
 _CREDENTIAL_VARS = ("TOOLLOOP_SERVE_TOKEN", "TOOLLOOP_MCP_TOKEN")

@@ -165,7 +165,8 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         else:
             providers = self.spec.make_providers(self.env, given=run.providers)
         self.models = ModelCalls(providers, run_id=run.run_id, journal=self._journal_answer, recorded=recorded,
-                                 rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer)
+                                 rng=run.ctx.services.rng, warn=run.warn, on_answer=run.on_model_answer,
+                                 drop=self._went_past)
         self._note_starts(run)
         run.watch(self._handed)
         self.budgets.at_start()
@@ -194,10 +195,19 @@ class RoutedRunner(FinalAnswer, LoopCalls):
                 for p in providers.values():
                     if not any(p is g for g in given):  # an instance the caller gave stays the caller's
                         await p.aclose()
+        if outcome is not None:  # ended on its own before recorded answers it went past (not a signal)
+            self.models.went_past()
         if outcome not in (None, "paused"):
             self.supervision.late_controls(outcome)
         run.set_total_calls(self.seq)
         return self._end(outcome, final, why)
+
+    def _went_past(self, from_n: int) -> None:
+        """The run goes another way than its recorded answers from ``from_n`` on: they, and the
+        calls the recording made from this turn's seq on, are not its own (``ModelCalls``)."""
+        if self.recording is not None:
+            self.recording.went_past(self.seq)
+        self.handle.drop_went_past(from_n, self.seq)
 
     def _forked(self, answers: Any, run: RunHandle) -> dict[str, Any]:
         from ..providers.replay import ForkProvider

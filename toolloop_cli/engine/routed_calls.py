@@ -62,6 +62,8 @@ class LoopCalls:
                 self.seq += 1
                 run.settle(kept)
         if kept is not None:
+            if kept.attempts > 0 or kept.cache == "hit":  # it ran: it counts toward its tool's max_calls again
+                run.ctx.ledger.count(tool)
             self._count(tool, args, kept)
             return kept
         refused = self.recording.fork.refusal(it, tool) if self.recording and self.recording.fork else None

@@ -17,6 +17,7 @@ import trio
 from ..plan.admit import AdmittedPlan
 from ..store import lease_token
 from .handle import RunHandle
+from .redact import without_run_secrets
 from .lanes import run_lanes
 from .replay import credential_env
 from .session import Emit, RunnerEnd, RunOptions, RunResult, RunSession, new_run_id
@@ -45,8 +46,9 @@ def journal_plan(session: RunSession, plan: AdmittedPlan) -> None:
         "parallel_batch_id": ctx.config.parallel_batch_id, "total_calls": plan.total_calls,
         "lease_owner": session.owner,
     })
-    # lanes from a stream are in the journal already (spool.py); these are the plan file's
-    session.store.journal_calls(ctx.run_id, *lane_rows(plan.lanes))
+    # lanes from a stream are in the journal already (spool.py); these are the plan file's,
+    # without a run secret written in them
+    session.store.journal_calls(ctx.run_id, *without_run_secrets(ctx.services.secrets, *lane_rows(plan.lanes)))
 
 
 class LanesRunner:

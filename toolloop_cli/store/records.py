@@ -77,6 +77,22 @@ def linked_text(db: Connection, kind: str, run_id: str, ref: int) -> str | None:
     return None if row is None else _linked_row(cur, row)
 
 
+def _went_past_calls(db: Connection, run_id: str, from_seq: int) -> list[int]:
+    """The seqs of the routed loop's receipts from ``from_seq`` on (those with no parent) and of
+    every receipt dispatched under one of them."""
+    rows = db.execute("SELECT seq, json_extract(record, '$.receipt_id'), json_extract(record, '$.parent_receipt_id')"
+                      " FROM receipts WHERE run_id=?", (run_id,)).fetchall()
+    gone = {rid: seq for seq, rid, parent in rows if parent is None and seq >= from_seq}
+    grew = True
+    while grew:
+        grew = False
+        for seq, rid, parent in rows:
+            if parent is not None and parent in gone and rid not in gone:
+                gone[rid] = seq
+                grew = True
+    return sorted(gone.values())
+
+
 @naming_the_run
 class Records(Database):
     """Receipts, other output records, model answers and the hash chain."""
@@ -153,6 +169,25 @@ class Records(Database):
                 (answer["run_id"], answer["n"], answer["role"], answer["request_sha256"], answer.get("text") or "",
                  text))
             link(self.db, [(answer["run_id"], "model_answer", answer["n"], text)])
+
+        self._transaction(work)
+
+    def drop_went_past(self, run_id: str, from_n: int, from_seq: int) -> None:
+        """Forget what an earlier attempt of a routed run journaled past the point where a resumed
+        run went another way: its answers numbered ``from_n`` and after, and the calls those
+        answers led to (the loop's receipts from ``from_seq`` on, the calls they dispatched, their
+        start markers). They are not the run's. Each gets a link saying so (the empty record's
+        digest), so ``runs verify`` still holds and a later resume, replay or export never takes
+        one of them as the run's."""
+        def work() -> None:
+            gone = [n for (n,) in self.db.execute(
+                "SELECT n FROM model_answers WHERE run_id=? AND n>=? ORDER BY n", (run_id, from_n))]
+            self.db.execute("DELETE FROM model_answers WHERE run_id=? AND n>=?", (run_id, from_n))
+            calls = _went_past_calls(self.db, run_id, from_seq)
+            self.db.executemany("DELETE FROM receipts WHERE run_id=? AND seq=?", [(run_id, s) for s in calls])
+            self.db.executemany("DELETE FROM starts WHERE run_id=? AND seq=?", [(run_id, s) for s in calls])
+            link(self.db, [(run_id, "model_answer", n, None) for n in gone]
+                 + [(run_id, "receipt", s, None) for s in calls])
 
         self._transaction(work)
 

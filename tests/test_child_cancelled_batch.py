@@ -1,0 +1,106 @@
+"""A ``plan:`` call of a sequential or parallel parent that is cut short (its own timeout) names the
+child run it started (``child_run_id``), as a routed parent's receipt does; the child ended
+interrupted with its summary. Mock clock, replay fixtures, a real state database."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import trio.testing
+
+from conftest import APP, write
+from toolloop_cli.engine.run import RunOptions, execute_plan
+from toolloop_cli.plan.admit import admit_plan
+from toolloop_cli.store import Store
+
+
+def parent_plan(tmp_path, mode: str):
+    fixture = tmp_path / "child.jsonl"
+    fixture.write_text(json.dumps({"type": "model_answer", "n": 1, "role": "router", "model": "m", "input_tokens": 1,
+                                   "output_tokens": 1, "text": json.dumps(
+                                       {"action": "call", "tool": "nap", "args": {"seconds": 100}, "reason": "r"})}) + "\n")
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{max_depth: 1, tool_timeout_s: 300}}
+            tools:
+              nap:
+                callable: testapp.tools:sleep_async
+                description: Sleeps on the event loop.
+                input_schema: {{type: object, required: [seconds], properties: {{seconds: {{type: number}}}}}}
+                output_schema: {{}}
+              boom:
+                callable: testapp.tools:boom
+                description: Always raises.
+                input_schema: {{type: object}}
+                output_schema: {{}}
+              research:
+                plan: research.yml
+                description: Research one question and return an answer.
+                timeout_s: 5
+    """)
+    write(tmp_path / "research.yml", """
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Research one question.
+        allowed_tools: [nap]
+        router_profile: {provider: replay, fixture: child.jsonl}
+        final_profile: {provider: replay, fixture: child.jsonl}
+        budget: {max_iterations: 4, max_tokens: 100000, max_tool_calls: 3, timeout_s: 600}
+        final_schema: {type: object}
+    """)
+    call = {"tool": "research", "args": {"question": "why?"}}
+    body = {"calls": [call]} if mode == "sequential" else {"max_concurrency": 2, "lanes": [{"item_key": "a", "calls": [{"call_key": "r", **call}]}]}
+    return write(tmp_path / "plan.yml", json.dumps({"version": 1, "registry": "reg.yml", "subagent": "t",
+                                                     "mode": mode, **body}))
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_a_plan_call_cut_short_by_its_timeout_names_its_child_run(tmp_path, mode):
+    path = parent_plan(tmp_path, mode)
+    store = Store(tmp_path / "state")
+    got: list = []
+    try:
+        execute_plan(admit_plan(str(path)), store, got.append,
+                     RunOptions(handle_signals=False, clock=trio.testing.MockClock(autojump_threshold=0)))
+        (receipt,) = [r for r in got if r["type"] == "receipt"]
+        child = store.child_run(receipt["run_id"], receipt["seq"])
+        stored = store.receipts_of(receipt["run_id"])[0]
+    finally:
+        store.close()
+    assert receipt["tool"] == "research" and receipt["status"] == "timeout"
+    assert child is not None and child["status"] == "interrupted"
+    assert receipt["child_run_id"] == child["run_id"]
+    assert stored["child_run_id"] == child["run_id"]
+
+
+def test_a_plan_call_cancelled_by_a_halt_names_its_child_run(tmp_path):
+    # lane a's plan call waits on its child's nap while lane b fails: --halt now,fail=1 cancels it
+    from toolloop_cli.engine.runstate import HaltPolicy
+
+    parent_plan(tmp_path, "parallel")
+    path = write(tmp_path / "halted.yml", json.dumps({
+        "version": 1, "registry": "reg.yml", "subagent": "t", "mode": "parallel", "max_concurrency": 2,
+        "lanes": [{"item_key": "a", "calls": [{"call_key": "r", "tool": "research", "args": {"question": "why?"}}]},
+                  {"item_key": "b", "calls": [{"call_key": "n", "tool": "nap", "args": {"seconds": 1}},
+                                              {"call_key": "bad", "tool": "boom", "args": {}}]}]}))
+    store = Store(tmp_path / "state")
+    got: list = []
+    try:
+        execute_plan(admit_plan(str(path)), store, got.append,
+                     RunOptions(handle_signals=False, halt=HaltPolicy("now", fail_count=1),
+                                clock=trio.testing.MockClock(autojump_threshold=0)))
+        receipt = next(r for r in got if r["type"] == "receipt" and r["tool"] == "research")
+        child = store.child_run(receipt["run_id"], receipt["seq"])
+    finally:
+        store.close()
+    assert receipt["status"] == "cancelled"
+    assert child is not None and child["status"] == "interrupted"
+    assert receipt["child_run_id"] == child["run_id"]
+    assert receipt["error"]["message"].endswith(f"its child run {child['run_id']} was cancelled with it and ended"
+                                                " interrupted")

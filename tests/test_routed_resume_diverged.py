@@ -1,0 +1,125 @@
+"""A resumed routed run that goes another way than its first attempt: the answers the first
+attempt journaled after the point where the paths part are not the run's, and no reader of the
+journal (a later resume, ``runs export``, ``Store.model_answers_of``; ``runs verify`` still holds)
+takes them as its own. Runs in process through ``Launch`` with scripted providers."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import APP, jsonl, write
+from toolloop_cli.engine.launch import Launch, RunOptions
+from toolloop_cli.providers.scripted import ScriptedProvider
+from toolloop_cli.store import Store
+
+FINAL = '{"action": "final", "reason": "enough"}'
+
+
+def call(tool: str, **args: object) -> str:
+    return json.dumps({"action": "call", "tool": tool, "args": args, "reason": "look"})
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self.records.append(record)
+
+    def flush(self) -> None:
+        pass
+
+
+def plan_file(tmp_path) -> str:
+    write(tmp_path / "reg.yml", f"""
+        version: 1
+        app_root: {APP}
+        subagents:
+          t:
+            runner_defaults: {{tool_timeout_s: 10}}
+            tools:
+              echo:
+                callable: testapp.tools:echo
+                description: Returns the arguments it got.
+                input_schema: {{type: object}}
+                output_schema: {{}}
+              flaky:
+                callable: testapp.tools:log_fail_once
+                description: Fails the first time.
+                input_schema: {{type: object}}
+                output_schema: {{}}
+    """)
+    # a result that repeats an earlier one pauses the run (no_progress): the first attempt's turn 1
+    # fails, so its turn 2 is the first ok; the resumed run's turn 1 (run again) is ok too, so its
+    # turn 2 repeats it
+    return str(write(tmp_path / "plan.yml", """
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Find x.
+        allowed_tools: [echo, flaky]
+        router_profile: {provider: openai, model: m}
+        final_profile: {provider: openai, model: m}
+        budget: {max_iterations: 3, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}
+        final_schema: {type: object, required: [answer]}
+        supervisor:
+          rules:
+            - {when: no_progress, count: 1}
+          on_violation: pause
+    """))
+
+
+def go(tmp_path, provider: ScriptedProvider, run_id: str | None = None, **resume: object) -> tuple[list[dict], dict]:
+    launch = Launch(tmp_path / "state")
+    prepared = (launch.resume(run_id, **resume) if run_id is not None  # type: ignore[arg-type]
+                else launch.admit(plan_file(tmp_path), RunOptions()))
+    sink = Sink()
+    result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider})
+    return sink.records, result.summary
+
+
+def answers_of(tmp_path, run_id: str) -> list[tuple[int, str]]:
+    store = Store(tmp_path / "state")
+    try:
+        return [(a["n"], a["text"]) for a in store.model_answers_of(run_id)]
+    finally:
+        store.close()
+
+
+def test_answers_a_resumed_run_went_past_are_not_the_runs(tmp_path, cli):
+    log, marker = str(tmp_path / "log.txt"), str(tmp_path / "marker")
+    first_turns = [call("flaky", log=log, key="a", marker=marker), call("flaky", log=log + "2", key="a", marker=marker),
+                   call("echo", key="stale")]
+    _records, summary = go(tmp_path, ScriptedProvider(first_turns))
+    run_id = summary["run_id"]
+    assert summary["outcome"] == "paused" and summary["paused_by"]["budget"] == "max_iterations"
+    assert [t for _n, t in answers_of(tmp_path, run_id)] == first_turns
+
+    # resumed with the failed call run again: it is ok now, turn 2's result repeats it, so the
+    # supervisor pauses the run at turn 2: turn 3's recorded answer was never this run's
+    second = ScriptedProvider([])
+    records, summary = go(tmp_path, second, run_id, retry_failed=True, raises={"max_iterations": 6})
+    assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "supervisor"
+    assert [(r["iteration"], r["rule"]) for r in records if r["type"] == "supervisor"][-1] == (2, "no_progress")
+    assert second.requests == []
+    assert answers_of(tmp_path, run_id) == [(1, first_turns[0]), (2, first_turns[1])]
+
+    # resumed again past the pause: turn 3 is asked anew, and the new answer is the run's
+    third = ScriptedProvider([call("echo", key="fresh"), FINAL, '{"answer": 1}'])
+    records, summary = go(tmp_path, third, run_id)
+    assert summary["outcome"] == "final", summary
+    assert len(third.requests) == 3  # turn 3, turn 4 and the final answer: nothing stale reused
+    decisions = [r for r in records if r["type"] == "decision"]
+    assert decisions[2]["args"] == {"key": "fresh"}
+    # the call of the turn the run went past is not this run's either: turn 3's call runs
+    receipts = [r for r in records if r["type"] == "receipt"]
+    assert receipts[2]["args"] == {"key": "fresh"} and receipts[2]["result"] == {"received": {"key": "fresh"}}
+    texts = [t for _n, t in answers_of(tmp_path, run_id)]
+    assert texts == [*first_turns[:2], call("echo", key="fresh"), FINAL, '{"answer": 1}']
+
+    state = str(tmp_path / "state")
+    exported = jsonl(cli("runs", "export", run_id, "--state-dir", state).stdout)
+    assert [r["text"] for r in exported if r.get("type") == "model_answer"] == texts
+    assert "stale" not in json.dumps(exported)  # no answer, request, receipt or record of the path gone
+    assert cli("runs", "verify", run_id, "--state-dir", state).returncode == 0
