@@ -1,0 +1,62 @@
+"""What a newcomer meets first: the README and the pages it links. Each test here follows the docs
+as written (their links, their shell blocks) and fails where a newcomer would trip."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def _sh_block_after(page: Path, heading: str) -> str:
+    """The first ```sh block below ``heading`` in ``page``."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index(heading)
+    found = re.search(r"```sh\n(.*?)```", text[start:], re.S)
+    assert found is not None, f"no sh block below {heading!r} in {page.name}"
+    return found.group(1)
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = README.read_text(encoding="utf-8")
+    missing = [p.name for p in DOCS if f"](docs/{p.name})" not in readme]
+    assert missing == []
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_docs_stand_on_their_own(page):
+    # the docs describe behaviour themselves; the interface contract is a design-time document
+    text = page.read_text(encoding="utf-8")
+    assert "SPEC.md" not in text
+    assert "interface contract" not in text.lower()
+
+
+@pytest.mark.skipif(shutil.which("man") is None, reason="man is not installed; the man lines cannot run")
+def test_completion_and_man_install_lines_work_in_a_fresh_home(tmp_path):
+    block = _sh_block_after(ROOT / "docs" / "ci.md", "## Shell completion and the man page")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**os.environ, "HOME": str(home), "MANPAGER": "cat", "PAGER": "cat", "MANWIDTH": "80"}
+    done = subprocess.run(["bash", "-e", "-c", block], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "TOOLLOOP(1)" in done.stdout  # man -l read the page from the checkout
+    installed = [
+        home / ".local/share/bash-completion/completions/toolloop",
+        home / ".zfunc/_toolloop",
+        home / ".config/fish/completions/toolloop.fish",
+        home / ".local/share/man/man1/toolloop.1",
+    ]
+    assert [p for p in installed if not p.is_file()] == []
+    # the installed bash script completes a command, as a new shell would load it
+    probe = ("source ~/.local/share/bash-completion/completions/toolloop;"
+             " COMP_WORDS=(toolloop valid); COMP_CWORD=1; _toolloop; echo \"${COMPREPLY[@]}\"")
+    done = subprocess.run(["bash", "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.stdout.split() == ["validate"], done.stderr
