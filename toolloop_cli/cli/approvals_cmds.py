@@ -188,14 +188,20 @@ def list_approvals(
 
     store = _open_store(state_dir)
     try:
-        requests = pending_records(store, store.resolve_run_id(run_id) if run_id is not None else None)
+        rid = store.resolve_run_id(run_id) if run_id is not None else None
+        requests = pending_records(store, rid)
     finally:
         store.close()
-    writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
+    fmt = resolve_format(format, sys.stdout)
+    writer = record_writer(fmt, sys.stdout.buffer)
     try:
         for rec in requests:
             writer.write(rec)
         writer.close()
+        if fmt == "table" and not requests:  # an empty table would say nothing at all
+            from .common import notice
+
+            notice("no call waits for approval" + (f" in run {rid}" if rid else ""))
     except BrokenPipeError:
         import os
 
