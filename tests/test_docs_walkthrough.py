@@ -60,3 +60,25 @@ def test_completion_and_man_install_lines_work_in_a_fresh_home(tmp_path):
              " COMP_WORDS=(toolloop valid); COMP_CWORD=1; _toolloop; echo \"${COMPREPLY[@]}\"")
     done = subprocess.run(["bash", "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.stdout.split() == ["validate"], done.stderr
+
+
+def _command_lines(page: Path) -> list[str]:
+    """The toolloop command lines of a page's ```sh blocks (a leading ``$ `` dropped)."""
+    text = page.read_text(encoding="utf-8")
+    lines = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        for line in block.splitlines():
+            line = line.removeprefix("$ ").strip()
+            if line.startswith("toolloop "):
+                lines.append(line)
+    return lines
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_example_files_the_commands_name_are_in_the_checkout(page):
+    # a command a newcomer copies runs on the checkout's own example files (placeholders are
+    # written in capitals: RUN_ID, PLAN)
+    missing = [(line, found) for line in _command_lines(page)
+               for found in re.findall(r"(?<![\w/.])((?:plans|registries)/[\w./-]+\.(?:ya?ml|jsonl))", line)
+               if not (ROOT / found).exists()]
+    assert missing == []
