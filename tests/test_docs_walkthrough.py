@@ -82,3 +82,17 @@ def test_example_files_the_commands_name_are_in_the_checkout(page):
                for found in re.findall(r"(?<![\w/.])((?:plans|registries)/[\w./-]+\.(?:ya?ml|jsonl))", line)
                if not (ROOT / found).exists()]
     assert missing == []
+
+
+def _exit_rows(page: Path) -> dict[str, str]:
+    text = page.read_text(encoding="utf-8").split("## Exit codes", 1)[1]
+    return dict(re.findall(r"^\| (\d+) \| (.*) \|$", text, re.M))
+
+
+def test_the_guides_exit_codes_cover_every_case_a_run_can_end_in():
+    rows = _exit_rows(ROOT / "docs" / "guide.md")
+    assert sorted(rows, key=int) == ["0", "1", "2", "3", "4", "70", "130", "141"]
+    for code, case in (("1", "--stream"), ("1", "unwritable"), ("1", "routed"), ("2", "damaged state database"),
+                       ("2", "extra"), ("4", "budget pause"), ("4", "abort")):
+        assert case in rows[code], (code, case)
+    assert "`toolloop replay RUN_ID` without `--from`" in (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
