@@ -96,3 +96,9 @@ def test_the_guides_exit_codes_cover_every_case_a_run_can_end_in():
                        ("2", "extra"), ("4", "budget pause"), ("4", "abort")):
         assert case in rows[code], (code, case)
     assert "`toolloop replay RUN_ID` without `--from`" in (ROOT / "docs" / "guide.md").read_text(encoding="utf-8")
+
+
+def test_the_files_the_quick_tour_leaves_behind_are_kept_out_of_git():
+    # plans/agents.yml's write tool keeps its ledger in the folder it runs in (the checkout's)
+    done = subprocess.run(["git", "check-ignore", "-q", "ledger.jsonl", ".toolloop/state.db"], cwd=ROOT)
+    assert done.returncode == 0
