@@ -100,5 +100,6 @@ def test_the_guides_exit_codes_cover_every_case_a_run_can_end_in():
 
 def test_the_files_the_quick_tour_leaves_behind_are_kept_out_of_git():
     # plans/agents.yml's write tool keeps its ledger in the folder it runs in (the checkout's)
-    done = subprocess.run(["git", "check-ignore", "-q", "ledger.jsonl", ".toolloop/state.db"], cwd=ROOT)
-    assert done.returncode == 0
+    for path in ("ledger.jsonl", ".toolloop/state.db"):
+        done = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, (path, done.stderr)
