@@ -66,7 +66,7 @@ def _command_lines(page: Path) -> list[str]:
     """The toolloop command lines of a page's ```sh blocks (a leading ``$ `` dropped)."""
     text = page.read_text(encoding="utf-8")
     lines = []
-    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+    for block in re.findall(r"```(?:sh|bash)\n(.*?)```", text, re.S):
         for line in block.splitlines():
             line = line.removeprefix("$ ").strip()
             if line.startswith("toolloop "):
@@ -103,3 +103,10 @@ def test_the_files_the_quick_tour_leaves_behind_are_kept_out_of_git():
     for path in ("ledger.jsonl", ".toolloop/state.db"):
         done = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, (path, done.stderr)
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_run_ids_in_examples_look_like_toolloops(page):
+    # toolloop's run ids are UTC times with a random suffix (20260102T030405Z-1a2b3c4d); an id of
+    # another shape in an example sends a newcomer looking for a run that cannot exist
+    assert re.findall(r"\b01J[0-9A-Z.]*", page.read_text(encoding="utf-8")) == []
