@@ -101,24 +101,30 @@ def _waiting(store, rid: str, item: Optional[str], call_key: str) -> Optional[st
     pending = store.approval(rid, item, call_key)
     if pending is not None and pending["state"] == "expired":  # its MCP server stopped before an answer
         fail(f"the request of call '{call_key}' in run {rid} is gone: {pending['message']}", 1)
-    answered = pending
+    named = pending
     if item is None and (pending is None or pending["state"] != "pending"):
         item = _only_lane(store, rid, call_key)  # in a parallel run, the one lane where it waits
         pending = store.approval(rid, item, call_key) if item is not None else None
-    if pending is None and answered is not None and answered["state"] in ("approved", "rejected", "used"):
-        pending = answered  # the call named, answered already: say by whom, and what comes next
-    if pending is not None and pending["state"] in ("approved", "rejected", "used"):
-        by = f" by {pending['approver']}" if pending.get("approver") else ""
-        done = ("answered" + by + ", and the answer was used" if pending["state"] == "used"
-                else pending["state"] + by + "; the run has not read the answer yet")
-        where = f" in lane {item!r}" if item else ""
-        fail(f"call '{call_key}'{where} of run {rid} was already {done}; nothing changed",
-             1, None if pending["state"] == "used" else _continue_with(store, rid))
+    _refuse_answered(store, rid, item, call_key, pending or named)
     if pending is None or pending["state"] != "pending":
         waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
         fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
              1, f"calls waiting: {waiting}")
     return item
+
+
+def _refuse_answered(store, rid: str, item: Optional[str], call_key: str,  # noqa: ANN001
+                     row: Optional[dict]) -> None:
+    """Exit 1 for a call answered already, saying by whom and whether the run has read the answer
+    (then what comes next), rather than only that no call waits."""
+    if row is None or row["state"] not in ("approved", "rejected", "used"):
+        return
+    by = f" by {row['approver']}" if row.get("approver") else ""
+    done = ("answered" + by + ", and the answer was used" if row["state"] == "used"
+            else row["state"] + by + "; the run has not read the answer yet")
+    where = f" in lane {item!r}" if item else ""
+    fail(f"call '{call_key}'{where} of run {rid} was already {done}; nothing changed",
+         1, None if row["state"] == "used" else _continue_with(store, rid))
 
 
 def _answer_one(store, rid: str, item: Optional[str], call_key: str, state: str, args: Optional[str],  # noqa: ANN001
