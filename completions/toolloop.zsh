@@ -30,7 +30,7 @@ _toolloop() {
         'steer:Add a message to a routed run'\''s next turn (read from the journal by the running loop).'
         'test:Run regression suites\: each case a journaled run checked against what it expects.'
         'tools:List the registry'\''s tools\: id, kind, effect, description.'
-        'validate:Check registries and plans as run would, without running anything; exit 1 on any error.'
+        'validate:Check registries, plans and suites as run would, without running anything; exit 1 on any error.'
     )
     _arguments -C \
         '--install-completion[Install completion for the current shell.]' \
@@ -126,7 +126,7 @@ _toolloop_call() {
         '--approve[Approval gates\: ask (a prompt on a terminal, else the call pauses for '\''toolloop approve'\''), all, or none.]:approve:(ask all none)' \
         '--args[Arguments as a JSON object.]:args: ' \
         '--no-cache[Do not read the cache.]' \
-        '--state-dir[Folder of state.db.]:state-dir:_files -/' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '--timeout[Timeout in seconds if the tool sets none.]:timeout: ' \
         '(-f --format)'{-f,--format}'[auto, table, jsonl or json.]:format:(auto table jsonl json)' \
         '(-h --help)'{-h,--help}'[Show this message and exit.]' \
@@ -177,7 +177,7 @@ _toolloop_mcp_serve() {
         '--max-calls[Calls this server process runs at most.]:max-calls: ' \
         '--no-token[http on loopback only\: no bearer token.]' \
         '--port[Port of the http transport (0\: any free one).]:port: ' \
-        '--state-dir[Folder of state.db.]:state-dir:_files -/' \
+        '--state-dir[Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR).]:state-dir:_files -/' \
         '--subagent[Subagent whose allowed tools are offered (needed when the registry has several).]:subagent: ' \
         '--timeout[Timeout in seconds for tools that set none.]:timeout: ' \
         '--transport[stdio (MCP on standard input and output) or http (Streamable HTTP at /mcp).]:transport:(stdio http)' \

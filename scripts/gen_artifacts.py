@@ -672,14 +672,18 @@ def _roff_paragraphs(text: str) -> list[str]:
 
 
 EXIT_STATUS = (
-    ("0", "Everything ok (routed plans: outcome final)."),
+    ("0", "Everything ok (routed plans: outcome final; test: every case passed)."),
     ("1", "The run finished with a call that is not ok (routed plans: any outcome other than final "
-          "and paused), or validate found an error."),
-    ("2", "Usage error: a bad flag, a missing file."),
-    ("3", "The registry or the plan was rejected; nothing ran."),
-    ("4", "The run stopped early and can be resumed (paused for approval, a supervisor pause, --halt)."),
+          "and paused), a lane was rejected under --stream, standard output or the audit file became "
+          "unwritable (the run can be resumed), validate found an error, or a test case failed."),
+    ("2", "Usage error: a bad flag, a missing file, a flag that needs an extra that is not installed; "
+          "a damaged state database."),
+    ("3", "The registry, the plan or the suite was rejected; nothing ran."),
+    ("4", "The run stopped early and can be resumed (paused for approval, a supervisor or budget pause, "
+          "--halt, an operator's abort of a batch)."),
     ("130", "Interrupted by Ctrl-C or SIGTERM; the journal is intact and the run can be resumed."),
     ("141", "The reader of standard output went away (e.g. | head); the run can be resumed."),
+    ("70", "An internal error of toolloop (a bug): one line; TOOLLOOP_DEBUG=1 prints the traceback."),
 )
 
 

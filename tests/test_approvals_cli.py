@@ -193,3 +193,20 @@ def test_a_call_that_waits_in_one_lane_only_is_answered_there(cli, tmp_path):
         ("k0", "rejected"), ("k1", "approved")]
     r = cli("approve", rid, "pay", "--approve")
     assert r.returncode == 1 and "no call 'pay' waits for approval" in r.stderr.decode()
+
+
+def test_answering_an_answered_call_says_who_answered_and_what_comes_next(cli, tmp_path):
+    rid = paused_run(cli, tmp_path, lanes=2)
+    assert cli("approve", rid, "pay", "--item", "k0", "--approve", "--approver", "ada").returncode == 0
+    r = cli("approve", rid, "pay", "--item", "k0", "--reject", "--approver", "bob")
+    assert r.returncode == 1
+    assert r.stderr.decode() == (
+        f"toolloop: error: call 'pay' in lane 'k0' of run {rid} was already approved by ada; the run has not read"
+        f" the answer yet; nothing changed\n  hint: continue with: toolloop resume {rid}\n")
+    assert cli("resume", rid, "--format", "jsonl").returncode == 4  # k1 still waits
+    r = cli("approve", rid, "pay", "--item", "k0", "--reject")
+    assert r.returncode == 1
+    assert r.stderr.decode() == (f"toolloop: error: call 'pay' in lane 'k0' of run {rid} was already answered by ada,"
+                                 " and the answer was used; nothing changed\n")
+    assert [(item, state, who) for item, _c, state, who, *_rest in approvals_table(tmp_path)] == [
+        ("k0", "used", "ada"), ("k1", "pending", None)]

@@ -217,7 +217,7 @@ def test_man_page_sections_and_exit_codes():
     for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "COMMANDS", "EXIT STATUS", "ENVIRONMENT", "FILES"):
         assert f"\n.SH {section}\n" in man, section
     exit_part = man.split(".SH EXIT STATUS\n")[1].split("\n.SH ")[0]
-    assert re.findall(r"^\.B (\d+)$", exit_part, flags=re.M) == ["0", "1", "2", "3", "4", "130", "141"]
+    assert re.findall(r"^\.B (\d+)$", exit_part, flags=re.M) == ["0", "1", "2", "3", "4", "130", "141", "70"]
     env_part = man.split(".SH ENVIRONMENT\n")[1].split("\n.SH ")[0]
     assert ".B TOOLLOOP_STATE_DIR" in env_part and ".B NO_COLOR" in env_part
 

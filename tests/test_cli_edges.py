@@ -182,3 +182,22 @@ def test_a_plan_file_that_names_a_device_or_a_pipe_is_a_finding_never_read(tmp_p
     [finding] = [p for p in rejected.value.problems if p.code == "TL416"]
     assert "it is not a regular file (a device, a pipe or a socket)" in finding.message
     assert finding.file.endswith("routed-example.yml") and finding.line > 1
+
+
+def test_every_state_dir_option_says_where_the_journal_is_by_default(cli):
+    import typer.main
+
+    from toolloop_cli.cli.app import app
+
+    def walk(command, path=()):
+        yield path, command
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            if not getattr(sub, "hidden", False):
+                yield from walk(sub, (*path, name))
+
+    vague = [" ".join(path) for path, command in walk(typer.main.get_command(app))
+             for p in getattr(command, "params", []) if "--state-dir" in getattr(p, "opts", ())
+             and "TOOLLOOP_STATE_DIR" not in (p.help or "")]
+    assert vague == []
+    shown = cli("call", "--help", env={"COLUMNS": "200"}).stdout.decode()
+    assert "Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)." in " ".join(shown.split())

@@ -258,3 +258,35 @@ def test_a_rejected_call_gets_a_denied_receipt_with_the_message(cli, tmp_path):
     denied, skipped = jsonl(done.stdout)[:-1]
     assert denied["status"] == "denied" and denied["error"]["message"].endswith("too much")
     assert skipped["status"] == "skipped"
+
+
+def test_a_refused_registry_leaves_out_the_warnings_its_author_silenced(cli, tmp_path):
+    # 'send' writes with no gate, accepted on its line; 'broken' names a module that is not there
+    reg = write(tmp_path / "reg.yml", f"""version: 1
+app_root: {APP}
+subagents:
+  t:
+    runner_defaults: {{tool_timeout_s: 5}}
+    tools:
+      send:
+        callable: testapp.tools:echo
+        description: Writes.
+        effect: write  # toolloop: ignore[TL353]
+        input_schema: {{}}
+        output_schema: {{}}
+      broken:
+        callable: no_such_module.tools:run
+        description: Cannot import.
+        input_schema: {{}}
+        output_schema: {{}}
+""")
+    plan = write(tmp_path / "plan.yml", json.dumps({"version": 1, "registry": str(reg), "subagent": "t",
+                                                     "mode": "sequential", "calls": [{"tool": "send", "args": {}}]}))
+    for args in (("run", str(plan)), ("call", str(reg), "t", "send", "--args", "{}"), ("tools", str(reg))):
+        proc = cli(*args)
+        err = proc.stderr.decode()
+        assert proc.returncode == 3, (args, err)
+        assert "no_such_module" in err, args  # the error that refused it is shown
+        assert "TL353" not in err, (args, err)
+    proc = cli("validate", str(reg))
+    assert proc.returncode == 1 and "TL353" not in proc.stderr.decode() + proc.stdout.decode()

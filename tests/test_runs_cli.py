@@ -117,3 +117,17 @@ def test_runs_show_unknown_and_ambiguous_ids(cli, tmp_path):
     assert r.returncode == 2
     assert r.stderr.decode().startswith(f"toolloop: error: run id '{common}' is ambiguous: ")
     assert cli("runs", "show", ids[1][:-3], "--format", "jsonl").returncode == 0
+
+
+def test_an_empty_list_says_so_on_a_table_and_stays_empty_in_a_pipe(cli, tmp_path):
+    three_runs(cli, tmp_path)
+    table = cli("runs", "list", "--format", "table", "--label", "ticket=none")
+    assert table.returncode == 0 and table.stdout == b""
+    assert table.stderr.decode() == "toolloop: no run has ticket=none\n"
+    piped = cli("runs", "list", "--format", "jsonl", "--label", "ticket=none")
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, b"", b"")
+    waiting = cli("approvals", "list", "--format", "table")
+    assert waiting.returncode == 0 and waiting.stdout == b""
+    assert waiting.stderr.decode() == "toolloop: no call waits for approval\n"
+    piped = cli("approvals", "list", "--format", "jsonl")
+    assert (piped.returncode, piped.stdout, piped.stderr) == (0, b"", b"")

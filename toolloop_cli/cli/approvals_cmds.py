@@ -101,14 +101,30 @@ def _waiting(store, rid: str, item: Optional[str], call_key: str) -> Optional[st
     pending = store.approval(rid, item, call_key)
     if pending is not None and pending["state"] == "expired":  # its MCP server stopped before an answer
         fail(f"the request of call '{call_key}' in run {rid} is gone: {pending['message']}", 1)
+    named = pending
     if item is None and (pending is None or pending["state"] != "pending"):
         item = _only_lane(store, rid, call_key)  # in a parallel run, the one lane where it waits
         pending = store.approval(rid, item, call_key) if item is not None else None
+    _refuse_answered(store, rid, item, call_key, pending or named)
     if pending is None or pending["state"] != "pending":
         waiting = ", ".join(_key(p["item_key"], p["call_key"]) for p in store.pending_approvals(rid)) or "none"
         fail(f"no call '{call_key}'{f' in lane {item!r}' if item else ''} waits for approval in run {rid}",
              1, f"calls waiting: {waiting}")
     return item
+
+
+def _refuse_answered(store, rid: str, item: Optional[str], call_key: str,  # noqa: ANN001
+                     row: Optional[dict]) -> None:
+    """Exit 1 for a call answered already, saying by whom and whether the run has read the answer
+    (then what comes next), rather than only that no call waits."""
+    if row is None or row["state"] not in ("approved", "rejected", "used"):
+        return
+    by = f" by {row['approver']}" if row.get("approver") else ""
+    done = ("answered" + by + ", and the answer was used" if row["state"] == "used"
+            else row["state"] + by + "; the run has not read the answer yet")
+    where = f" in lane {item!r}" if item else ""
+    fail(f"call '{call_key}'{where} of run {rid} was already {done}; nothing changed",
+         1, None if row["state"] == "used" else _continue_with(store, rid))
 
 
 def _answer_one(store, rid: str, item: Optional[str], call_key: str, state: str, args: Optional[str],  # noqa: ANN001
@@ -188,14 +204,20 @@ def list_approvals(
 
     store = _open_store(state_dir)
     try:
-        requests = pending_records(store, store.resolve_run_id(run_id) if run_id is not None else None)
+        rid = store.resolve_run_id(run_id) if run_id is not None else None
+        requests = pending_records(store, rid)
     finally:
         store.close()
-    writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
+    fmt = resolve_format(format, sys.stdout)
+    writer = record_writer(fmt, sys.stdout.buffer)
     try:
         for rec in requests:
             writer.write(rec)
         writer.close()
+        if fmt == "table" and not requests:  # an empty table would say nothing at all
+            from .common import notice
+
+            notice("no call waits for approval" + (f" in run {rid}" if rid else ""))
     except BrokenPipeError:
         import os
 

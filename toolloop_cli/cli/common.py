@@ -90,8 +90,19 @@ def fail(message: str, code: int = 2, hint: str | None = None) -> NoReturn:
 
 
 def print_findings(problems: list, stream: IO[str] | None = None) -> None:
+    """Findings, one a line; warnings the project silenced (``# toolloop: ignore[...]`` on their
+    line, ``ignore`` in pyproject.toml) are left out, as ``validate`` leaves them out, so a refused
+    registry does not bring back what a person already accepted. Errors are always shown."""
     from ..render.lint import format_text
 
+    if any(getattr(p, "level", "error") != "error" for p in problems):
+        from ..lint.suppress import Suppressor, load_settings
+
+        try:
+            quiet = Suppressor(load_settings().ignore)
+            problems = [p for p in problems if p.level == "error" or quiet.keep([p])]
+        except Exception:  # noqa: BLE001 - a bad pyproject setting is validate's to report
+            pass
     (stream or sys.stderr).write(format_text(problems))
 
 

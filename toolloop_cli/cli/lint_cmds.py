@@ -30,7 +30,7 @@ def validate(
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="The --timeout the plans will run with (a default for tools that set none)."),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", "-j", metavar="N", help="The --max-concurrency the parallel plans will run with."),
 ) -> None:
-    """Check registries and plans as run would, without running anything; exit 1 on any error.
+    """Check registries, plans and suites as run would, without running anything; exit 1 on any error.
 
     Each plan is admitted against the registry it names (or --registry), with the flags it will
     be run with, so a plan that passes is never rejected by run on the same files."""

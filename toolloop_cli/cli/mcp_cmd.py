@@ -35,7 +35,7 @@ def serve(
     approve: Approve = typer.Option(Approve.ask, "--approve", metavar="ask|all|none", help="Approval gates: ask (pending for 'toolloop approve' or the web inbox), all, or none."),
     max_calls: Optional[int] = typer.Option(None, "--max-calls", min=0, metavar="N", help="Calls this server process runs at most."),
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="Timeout in seconds for tools that set none."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
 ) -> None:
     """Offer a subagent's allowed tools to MCP clients; every call governed and journaled in one run."""
     from ..mcpserve import INSTALL, missing_extra

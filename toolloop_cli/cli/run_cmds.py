@@ -178,7 +178,7 @@ def call(
     args: str = typer.Option("{}", "--args", metavar="JSON", help="Arguments as a JSON object."),
     format: DataFormat = typer.Option(DataFormat.auto, "--format", "-f", metavar="auto|table|jsonl|json", help="auto, table, jsonl or json."),
     timeout: Optional[float] = typer.Option(None, "--timeout", metavar="SECONDS", help="Timeout in seconds if the tool sets none."),
-    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db."),
+    state_dir: Optional[Path] = typer.Option(None, "--state-dir", metavar="DIR", help="Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read the cache."),
     approve: Approve = typer.Option(Approve.ask, "--approve", metavar="ask|all|none", help="Approval gates: ask (a prompt on a terminal, else the call pauses for 'toolloop approve'), all, or none."),
 ) -> None:

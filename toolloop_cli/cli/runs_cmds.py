@@ -92,11 +92,19 @@ def list_runs(
 
     wanted = parse_labels(label)
     store = _open_store(state_dir)
-    writer = record_writer(resolve_format(format, sys.stdout), sys.stdout.buffer)
+    fmt = resolve_format(format, sys.stdout)
+    writer = record_writer(fmt, sys.stdout.buffer)
     try:
+        listed = 0
         for run in store.list_runs(wanted):
             writer.write(run_record(store, run))
+            listed += 1
         writer.close()
+        if fmt == "table" and not listed:  # an empty table would say nothing at all
+            from .._text import escape
+            from .common import notice
+
+            notice("no run has " + escape(" and ".join(label or [])) if wanted else "no runs in this journal yet")
     except BrokenPipeError:
         _quiet_stdout()
     finally:
