@@ -91,3 +91,17 @@ def test_the_fractions_the_supervisor_reads():
     used = led.usage()
     assert (used.iterations, used.tokens, used.tool_calls, used.cost_usd) == (1, 250, 1, 0.5)
     assert used.seconds == pytest.approx(15.0)
+
+
+def test_the_overshoot_is_what_was_charged_past_the_runs_own_tokens_and_dollars():
+    led = ledger(max_tokens=100, max_cost_usd=1.0)
+    led.charge_request("router", 60, 40, 1.0)
+    assert led.overshoot() is None  # at the limit is not past it
+    led.charge_request("router", 30, 7, 0.25)
+    assert led.overshoot() == {"tokens": 37, "cost_usd": 0.25}
+    led.raise_to("max_tokens", 200)  # a raise moves the line the overshoot is measured from
+    assert led.overshoot() == {"tokens": 0, "cost_usd": 0.25}
+    no_cost = ledger(max_tokens=10)
+    no_cost.charge_request("router", 8, 5, None)
+    assert no_cost.overshoot() == {"tokens": 3, "cost_usd": None}
+    assert ledger().overshoot() is None

@@ -333,6 +333,8 @@ def test_every_ending_but_final_and_paused_says_why(tmp_path, model_server, cli,
     assert (proc.returncode, summary["outcome"]) == (1, outcome)
     assert summary["error"]["kind"] == outcome and summary["error"]["message"].startswith(message)
     assert f"toolloop: run {summary['run_id']} ended {outcome}: {message}" in proc.stderr.decode()
+    # the reply that crossed max_tokens (25 of 20) is reported; no other ending charged past a budget
+    assert summary["overshoot"] == ({"tokens": 5, "cost_usd": None} if outcome == "budget_exceeded" else None)
 
 
 def test_a_final_run_has_no_error(tmp_path, model_server, cli):
@@ -341,6 +343,7 @@ def test_a_final_run_has_no_error(tmp_path, model_server, cli):
                env={"TL_TEST_KEY": KEY})
     summary = jsonl(proc.stdout)[-1]
     assert proc.returncode == 0 and summary["error"] is None and "ended" not in proc.stderr.decode()
+    assert summary["overshoot"] is None
 
 
 # ---------------------------------------------------------------------------------------------

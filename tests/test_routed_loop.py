@@ -176,6 +176,7 @@ def test_cost_is_charged_from_prices_and_ends_the_loop(tmp_path):
     _records, summary = run_scripted(tmp_path, provider, budget=budget, price=price)
     assert summary["outcome"] == "budget_exceeded"
     assert summary["loop"]["cost_usd"] == pytest.approx(1.0)
+    assert summary["overshoot"] == {"tokens": 0, "cost_usd": pytest.approx(0.25)}  # the reply that crossed 0.75
     assert provider.replies == []
 
 

@@ -128,6 +128,13 @@ class ForkedFrom(_Record):
     iteration: int = Field(ge=1)
 
 
+class Overshoot(_Record):
+    """What a routed run's last reply charged past its own ``max_tokens`` and ``max_cost_usd``."""
+
+    tokens: int = Field(ge=0)
+    cost_usd: Optional[float] = Field(default=None, ge=0)
+
+
 class SummaryRecord(_Record):
     """Always the last record of a run (run_id, mode and contract_sha256 are null only for a plan
     rejected before anything ran)."""
@@ -155,6 +162,8 @@ class SummaryRecord(_Record):
     tainted_by: Optional[TaintRecord] = None  # routed runs: the first untrusted receipt shown
     # routed runs: what paused the run (kind: budget, approval, child, supervisor), or null
     paused_by: Optional[dict[str, Any]] = None
+    # routed runs: tokens and dollars the last reply charged past max_tokens / max_cost_usd, or null
+    overshoot: Optional[Overshoot] = None
     forked_from: Optional[ForkedFrom] = None  # replay --from N: the run and turn it was forked from
 
 

@@ -184,6 +184,18 @@ class BudgetLedger:
             return "max_cost_usd"
         return None
 
+    def overshoot(self) -> dict[str, Any] | None:
+        """The summary's ``overshoot``: tokens and dollars charged past the run's own ``max_tokens``
+        and ``max_cost_usd`` (as they stand, raises included). A request's ``max_tokens`` is capped
+        to what is left, but its input and what a provider counts are known only once the reply is
+        charged, so the last reply may cross a budget; None when nothing was charged past one."""
+        b = self.budget
+        tokens = max(0, self.tokens - b.max_tokens)
+        cost = None if b.max_cost_usd is None or self.cost_usd is None else max(0.0, self.cost_usd - b.max_cost_usd)
+        if tokens == 0 and not cost:
+            return None
+        return {"tokens": tokens, "cost_usd": None if cost is None else round(cost, 6)}
+
     def tool_calls_pause(self) -> bool:
         """Whether a proposed call finds the run's own ``max_tool_calls`` used up (not the
         subagent's ``runner_defaults.max_calls``, which still rejects it) and the run pauses."""

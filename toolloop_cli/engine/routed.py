@@ -251,7 +251,7 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         summary = {"outcome": outcome, "final": final, "route": route_of(outcome, final, self.spec.routes),
                    "loop": self.state.summary(self.models.count, self.ledger),
                    "error": error_of(outcome, self.scrubbed(why) if why else why), "tainted_by": self.taint.source,
-                   "paused_by": self.budgets.paused_by(outcome)}
+                   "paused_by": self.budgets.paused_by(outcome), "overshoot": self.ledger.overshoot()}
         if self.contract_changed:
             summary["contract_changed"] = True
         if self.recording is not None and self.recording.fork is not None:
