@@ -157,6 +157,15 @@ def test_the_chain_scrubs_a_secret_wherever_it_stands_in_a_request():
     assert "sk-secret-key" not in "".join(got) and got[5].endswith("obs [REDACTED]\n")
 
 
+def test_a_short_secret_that_becomes_a_word_where_two_requests_part_is_scrubbed():
+    from toolloop_cli._secrets import Scrubber
+
+    pin = Scrubber(["ba"])  # shorter than 4 characters: replaced only where it stands as a word
+    texts = ["x" * 40 + " bac", "x" * 40 + " ba "]  # no word in the first; the second parts from it right after it
+    got = [a["request"] for a in _scrubbed_chain(texts, [pin, pin])]
+    assert got == [texts[0], "x" * 40 + " [REDACTED] "]
+
+
 def test_a_secret_learnt_later_is_scrubbed_from_text_an_earlier_request_shared():
     from toolloop_cli._secrets import Scrubber
 

@@ -51,11 +51,12 @@ class RequestChain:
     journaled for the same role (a resumed run starts its chain again with a whole request).
 
     Given the run's scrubber, the chain also scrubs each request of the run's secrets, looking
-    only where it could hold one it was not already known not to hold: a request that holds none
-    of the scrubber's forms leaves the next request of its role, which shares all but its end
-    with it, to be searched from where the two part (less the longest form, which could straddle
-    that point). A request is searched whole when the last one held a secret, or the scrubber is
-    another (the run learnt a new secret: any earlier text may hold it)."""
+    only where it could hold one it was not already known not to hold: a request in which the
+    scrubber finds nothing leaves the next request of its role, which shares all but its end
+    with it, to be searched from where the two part (less the longest secret and a character of
+    context each side: one could straddle that point). A request is searched whole when the last
+    one held a secret, or the scrubber is another (the run learnt a new secret: any earlier text
+    may hold it)."""
 
     def __init__(self) -> None:
         # role -> (n, the request as journaled, the scrubber it held no secret of, or None)
@@ -75,10 +76,10 @@ class RequestChain:
         if scrubber is not None:
             if last is not None and last[2] is scrubber:
                 keep = common_prefix(last[1], text)  # the journaled text is the text sent: it held no secret
-                longest = max((len(f) for f in scrubber.forms), default=1)
-                clean = scrubber if _holds_none(scrubber, text, keep - longest + 1) else None
+                longest = max((len(f) for f in scrubber.forms), default=0)
+                clean = None if scrubber.finds(text, max(0, keep - longest - 2)) else scrubber
             else:
-                clean = scrubber if _holds_none(scrubber, text, 0) else None
+                clean = None if scrubber.finds(text) else scrubber
             if clean is None:
                 text, keep = scrubber.text(text), None
                 record = {**record, "request": text}
@@ -92,13 +93,6 @@ class RequestChain:
         out = {k: v for k, v in record.items() if k != "request"}
         out["request_delta"] = {"base": last[0], "keep": keep, "crc32": _crc(text[:keep]), "text": text[keep:]}
         return out
-
-
-def _holds_none(scrubber: Any, text: str, start: int) -> bool:
-    """Whether ``text`` from ``start`` on holds none of the scrubber's forms (a scrubber matches
-    a form only where it occurs, so holding none means scrubbing changes nothing)."""
-    tail = text[start:] if start > 0 else text
-    return not any(f in tail for f in scrubber.forms)
 
 
 def rebuilt(answers: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
