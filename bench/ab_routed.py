@@ -58,6 +58,7 @@ def main() -> None:
         compileall.compile_dir(str(Path(tree) / "toolloop_cli"), quiet=1)
     own: dict[str, dict[int, list[float]]] = {s: {n: [] for n in opts.turns} for s in trees}
     whole: dict[str, dict[int, list[float]]] = {s: {n: [] for n in opts.turns} for s in trees}
+    cpu: dict[str, dict[int, list[float]]] = {s: {n: [] for n in opts.turns} for s in trees}
     loads = [os.getloadavg()[0]]
     for r in range(opts.rounds):
         for side in (["old", "new"] if r % 2 == 0 else ["new", "old"]):
@@ -66,6 +67,7 @@ def main() -> None:
                 row = got["turns"][str(n)]
                 own[side][n].append(row["own_cpu_ms"])
                 whole[side][n].append(row["toolloop_cpu_ms"] / row["bare_cpu_ms"])
+                cpu[side][n].append(row["toolloop_cpu_ms"])
         loads.append(os.getloadavg()[0])
         print(f"round {r + 1}: " + "; ".join(
             f"{n} turns own cpu/turn old {own['old'][n][-1]:.3f} new {own['new'][n][-1]:.3f} ms"
@@ -76,6 +78,10 @@ def main() -> None:
         print(f"{n:>4} turns: own CPU per turn old {o:.3f} ms, new {w:.3f} ms;"
               f" whole run / bare loop old {statistics.median(whole['old'][n]):.2f}x,"
               f" new {statistics.median(whole['new'][n]):.2f}x")
+        ratios = sorted(b / a for a, b in zip(cpu["old"][n], cpu["new"][n]))
+        print(f"      toolloop's CPU of the whole run, new/old per round: median {statistics.median(ratios):.3f}"
+              f" (range {ratios[0]:.2f}-{ratios[-1]:.2f}); per turn old {statistics.median(cpu['old'][n]) / n:.3f} ms,"
+              f" new {statistics.median(cpu['new'][n]) / n:.3f} ms")
     hi, lo = max(opts.turns), min(opts.turns)
     for side in trees:
         g = [a / b for a, b in zip(own[side][hi], own[side][lo]) if b > 0]
