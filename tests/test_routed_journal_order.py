@@ -10,6 +10,7 @@ import sqlite3
 import threading
 
 from conftest import APP, write
+from toolloop_cli.chain import verify_run
 from toolloop_cli.engine import routed_calls as routed_module  # where a routed turn gates its call
 from toolloop_cli.engine.run import RunOptions, execute_plan
 from toolloop_cli.plan.admit import admit_plan
@@ -55,18 +56,18 @@ def test_the_next_model_request_does_not_wait_for_the_last_answer_to_be_committe
     # the journal thread holds the first answer's commit until the second request is sent: a loop
     # that waited for the journal before asking again would only ask once the hold gave up
     released, held = threading.Event(), []
-    put = Store.put_model_answer
+    put = Store.put_records
 
-    def slow_put(self, answer):
-        if answer["n"] == 1:
+    def slow_put(self, receipts, others=(), answers=()):
+        if any(a["n"] == 1 for a in answers):
             held.append(released.wait(timeout=10))
-        put(self, answer)
+        put(self, receipts, others, answers)
 
     def second(_request):
         released.set()
         return FINAL
 
-    monkeypatch.setattr(Store, "put_model_answer", slow_put)
+    monkeypatch.setattr(Store, "put_records", slow_put)
     summary = run(tmp_path, ScriptedProvider([UNKNOWN, second, ANSWER]))
     assert summary["outcome"] == "final"
     assert held == [True]  # the second request went out while the first answer was still queued
@@ -148,3 +149,27 @@ def test_the_router_prompt_renders_again_what_changed():
     tools = (ToolView("other", "Another.", {"type": "object"}, "write"),)
     for v in (view(other), view(other, tools=tools), view(other, tools=tools, instructions=None), view()):
         assert prompt.messages(v) == router_messages(v)
+
+
+def test_a_turns_answer_commits_with_its_decision_and_the_chain_holds(tmp_path, monkeypatch):
+    # one transaction for the answer and the decision it holds (the call's gate waits for both),
+    # another for the call's receipt (the next request waits for it): two a turn, not three
+    commits: list[tuple[list, list, list]] = []
+    put = Store.put_records
+
+    def noted(self, receipts, others=(), answers=()):
+        commits.append(([r["seq"] for r in receipts], [o[0]["type"] for o in others], [a["n"] for a in answers]))
+        put(self, receipts, others, answers)
+
+    monkeypatch.setattr(Store, "put_records", noted)
+    summary = run(tmp_path, ScriptedProvider([CALL_ECHO, '{"action": "call", "tool": "echo", "args": {"x": 2},'
+                                                         ' "reason": "again"}', FINAL, ANSWER]))
+    assert summary["outcome"] == "final"
+    assert commits[:4] == [([], ["decision"], [1]), ([0], [], []), ([], ["decision"], [2]), ([1], [], [])]
+    store = Store(tmp_path / "state")
+    try:  # every answer, in order, and the run's hash chain over them and the records holds
+        assert [a["n"] for a in store.model_answers_of(summary["run_id"])] == [1, 2, 3, 4]
+        verdict = verify_run(store, store.get_run(summary["run_id"]))
+    finally:
+        store.close()
+    assert verdict is not None and verdict.ok, verdict

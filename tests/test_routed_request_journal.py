@@ -131,3 +131,68 @@ def test_a_delta_whose_base_was_replaced_or_lost_is_not_rebuilt():
 def test_common_prefix(a, b):
     expected = next((i for i, (p, q) in enumerate(zip(a, b)) if p != q), min(len(a), len(b)))
     assert common_prefix(a, b) == expected
+
+
+def _scrubbed_chain(texts: list[str], scrubbers: list) -> list[dict]:
+    """Each text journaled by one chain scrubbing as it goes (``scrubbers[i]`` for text i),
+    then read back whole."""
+    chain = RequestChain()
+    records = [{"type": "model_answer", "n": n, "role": "router", "request": t} for n, t in enumerate(texts, 1)]
+    return rebuilt([chain.journal_form(r, s) for r, s in zip(records, scrubbers)])
+
+
+def test_the_chain_scrubs_a_secret_wherever_it_stands_in_a_request():
+    from toolloop_cli._secrets import Scrubber
+
+    key = Scrubber(["sk-secret-key"])
+    base = "[system]\nS\n" + "obs\n" * 50
+    texts = [base + "left 9\n",
+             base + "obs sk-secret-key\nleft 8\n",  # in what this request adds
+             base + "obs sk-secret-key\nobs\nleft 7\n",  # in what it shares with the last (which held one)
+             base + "obs sk-secret-key\nobs\nleft 6\n",
+             base + "obs sk-secret-kez\n",  # shares all but the secret's last letter with the one before
+             base + "obs sk-secret-key\n"]  # ... and back: the secret straddles where the two part
+    got = [a["request"] for a in _scrubbed_chain(texts, [key] * len(texts))]
+    assert got == [key.text(t) for t in texts]
+    assert "sk-secret-key" not in "".join(got) and got[5].endswith("obs [REDACTED]\n")
+
+
+def test_a_short_secret_that_becomes_a_word_where_two_requests_part_is_scrubbed():
+    from toolloop_cli._secrets import Scrubber
+
+    pin = Scrubber(["ba"])  # shorter than 4 characters: replaced only where it stands as a word
+    texts = ["x" * 40 + " bac", "x" * 40 + " ba "]  # no word in the first; the second parts from it right after it
+    got = [a["request"] for a in _scrubbed_chain(texts, [pin, pin])]
+    assert got == [texts[0], "x" * 40 + " [REDACTED] "]
+
+
+def test_a_secret_learnt_later_is_scrubbed_from_text_an_earlier_request_shared():
+    from toolloop_cli._secrets import Scrubber
+
+    before, after = Scrubber(["sk-secret-key"]), Scrubber(["sk-secret-key", "hunter22"])
+    told = "[user]\nthe password is hunter22\n" + "obs\n" * 20  # far before where the requests part
+    texts = [told + "left 9\n", told + "obs\nleft 8\n", told + "obs\nobs\nleft 7\n"]
+    got = [a["request"] for a in _scrubbed_chain(texts, [before, after, after])]
+    assert got[0] == texts[0]  # not a secret yet when it was sent
+    assert got[1:] == [after.text(t) for t in texts[1:]] and "hunter22" not in got[1] + got[2]
+
+
+def test_scrubbing_as_the_chain_goes_is_scrubbing_each_request_whole():
+    """Random requests that share most of their start, with secrets (a short one, matched only as
+    a whole word) in every place: what the chain journals is each request scrubbed whole."""
+    import random
+
+    from toolloop_cli._secrets import Scrubber
+
+    rng = random.Random(27)
+    scrubbers = [Scrubber(["ab-ab"]), Scrubber(["ab-ab", "b a"]), Scrubber(["ab-ab", "b a", "ba"])]
+    for _ in range(200):
+        texts, text, used = [], "", []
+        scrubber = scrubbers[0]
+        for _ in range(12):
+            text = text[:max(0, len(text) - rng.randrange(0, 6))] + "".join(rng.choice("ab- \n") for _ in range(rng.randrange(1, 9)))
+            texts.append(text)
+            if rng.random() < 0.15:
+                scrubber = rng.choice(scrubbers)
+            used.append(scrubber)
+        assert [a["request"] for a in _scrubbed_chain(texts, used)] == [s.text(t) for s, t in zip(used, texts)]

@@ -48,24 +48,46 @@ def common_prefix(a: str, b: str) -> int:
 
 class RequestChain:
     """The journal form of a run's requests: each as a delta against the last one this run
-    journaled for the same role (a resumed run starts its chain again with a whole request)."""
+    journaled for the same role (a resumed run starts its chain again with a whole request).
+
+    Given the run's scrubber, the chain also scrubs each request of the run's secrets, looking
+    only where it could hold one it was not already known not to hold: a request in which the
+    scrubber finds nothing leaves the next request of its role, which shares all but its end
+    with it, to be searched from where the two part (less the longest secret and a character of
+    context each side: one could straddle that point). A request is searched whole when the last
+    one held a secret, or the scrubber is another (the run learnt a new secret: any earlier text
+    may hold it)."""
 
     def __init__(self) -> None:
-        self._last: dict[Any, tuple[int, str]] = {}
+        # role -> (n, the request as journaled, the scrubber it held no secret of, or None)
+        self._last: dict[Any, tuple[int, str, Any]] = {}
 
-    def journal_form(self, record: dict[str, Any]) -> dict[str, Any]:
-        """``record`` (a ``model_answer`` whose ``request`` is the text as journaled: already
-        scrubbed) with ``request`` replaced by a ``request_delta`` where an earlier request
-        shares its start."""
+    def journal_form(self, record: dict[str, Any], scrubber: Any = None) -> dict[str, Any]:
+        """``record`` (a ``model_answer``) with ``request`` replaced by a ``request_delta`` where
+        an earlier request shares its start. Its ``request`` is as sent when ``scrubber`` (the
+        run's ``Scrubber``) is given, and scrubbed here; else already scrubbed."""
         text, n = record.get("request"), record.get("n")
         if not isinstance(text, str) or not isinstance(n, int):
             return record
         role = record.get("role")
         last = self._last.get(role)
-        self._last[role] = (n, text)
+        keep = None
+        clean = None
+        if scrubber is not None:
+            if last is not None and last[2] is scrubber:
+                keep = common_prefix(last[1], text)  # the journaled text is the text sent: it held no secret
+                longest = max((len(f) for f in scrubber.forms), default=0)
+                clean = None if scrubber.finds(text, max(0, keep - longest - 2)) else scrubber
+            else:
+                clean = None if scrubber.finds(text) else scrubber
+            if clean is None:
+                text, keep = scrubber.text(text), None
+                record = {**record, "request": text}
+        self._last[role] = (n, text, clean)
         if last is None:
             return record
-        keep = common_prefix(last[1], text)
+        if keep is None:
+            keep = common_prefix(last[1], text)
         if keep == 0:
             return record
         out = {k: v for k, v in record.items() if k != "request"}

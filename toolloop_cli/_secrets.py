@@ -81,6 +81,11 @@ class Scrubber:
             return text
         return self._pattern.sub(REDACTED, text)
 
+    def finds(self, text: str, start: int = 0) -> bool:
+        """Whether ``text`` holds a secret (as ``text()`` would replace it) that starts at or
+        after ``start`` (the characters before it still count as its left context)."""
+        return self._pattern is not None and self._pattern.search(text, start) is not None
+
     def deep(self, value: Any) -> Any:
         """A copy of ``value`` with every string scrubbed (a key only when it holds a secret)."""
         if self._pattern is None:

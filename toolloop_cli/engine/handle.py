@@ -80,7 +80,7 @@ class RunHandle:
         order with the run's records. The runner awaits ``synced()`` before an effect the answer
         leads to (a call's start, an approval's request), so it acts on an answer only when a
         resume would find it."""
-        self._journal.write(self._store.put_model_answer, rec)
+        self._journal.answer(rec)  # in the transaction of the turn's decision
 
     def drop_went_past(self, from_n: int, from_seq: int) -> None:
         """The run went another way than the attempt that journaled its answers from ``from_n``

@@ -226,12 +226,14 @@ def run_credentials(contract: Any, environ: Any) -> list[str]:
 
 
 def without_proposed_secrets(text: str, tool_of: Callable[[str | None], Any], redactor_of: Callable[[Any], Any],
-                             secrets: RunSecrets) -> str:
+                             secrets: RunSecrets, decision: Any = None) -> str:
     """A router's answer as the journal keeps it: the values it proposes for a tool's redacted
-    fields replaced where they stand, and added to the run's ``secrets`` (the model may repeat them)."""
+    fields replaced where they stand, and added to the run's ``secrets`` (the model may repeat them).
+    ``decision``: the answer already parsed (``parse_decision(text)``), if the caller has it."""
     from ..router.decisions import Decision, parse_decision  # routed runs only: kept out of other starts
 
-    decision = parse_decision(text)
+    if decision is None:
+        decision = parse_decision(text)
     if not isinstance(decision, Decision) or decision.action != "call" or decision.args is None:
         return text
     tool = tool_of(decision.tool)

@@ -101,6 +101,8 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         self._scope: trio.CancelScope | None = None
         self._unsynced = False  # records handed to the journal since its last commit was awaited
         self._unsynced_receipt = False  # ... among them a receipt
+        self._parsed: tuple[str, Decision | Malformed] | None = None  # the last reply parsed, and its decision
+        self._hashed: tuple[Any, str] | None = None  # the last arguments hashed, and their hash
 
     # -- the journal -----------------------------------------------------------------------------
 
@@ -360,12 +362,25 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         if ended is not None:
             raise _End(ended[0], why=ended[1])
 
+    def _sha(self, args: Any) -> str:
+        """The hash of a decision's arguments, taken once a turn (the proposal, the duplicate
+        check and the call's count all ask for it)."""
+        if self._hashed is None or self._hashed[0] is not args:
+            self._hashed = (args, sha256_of(args))
+        return self._hashed[1]
+
+    def _decision_of(self, text: str) -> Decision | Malformed:
+        """The decision a router's reply holds, parsed once for the journal and the turn."""
+        if self._parsed is None or self._parsed[0] is not text:
+            self._parsed = (text, parse_decision(text))
+        return self._parsed[1]
+
     async def _decide(self, it: int, answer: Any) -> None:
-        decision = parse_decision(answer.reply.text)
+        decision = self._decision_of(answer.reply.text)
         if isinstance(decision, Malformed) and answer.reply.cut:
             decision = Malformed(f"the reply was {CUT}; {decision.why}")
         if isinstance(decision, Decision) and decision.action == "call":
-            self.supervision.proposed(decision.tool, sha256_of(decision.args) if decision.args is not None else None)
+            self.supervision.proposed(decision.tool, self._sha(decision.args) if decision.args is not None else None)
         if self.ledger.pauses:  # the reply is kept: its decision is recorded when it is acted on
             self.budgets.check_reply(it)
         if self.ledger.overspent():
@@ -403,7 +418,7 @@ class RoutedRunner(FinalAnswer, LoopCalls):
             return "unknown_tool", (f"'{decision.tool}' is not one of the tools you may call: "
                                     f"{', '.join(self.spec.tools)}")
         return proposal_problem(self.handle.ctx, tool, decision.args, withheld=withheld,
-                                ran_before=(tool.id, sha256_of(decision.args)) in self.ran)
+                                ran_before=(tool.id, self._sha(decision.args)) in self.ran)
 
     def _reject(self, it: int, decision: Decision | Malformed, answer: Any, tool: str | None, kind: str,
                 why: str) -> None:
@@ -414,7 +429,7 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         self.observations.append(observation)
         if isinstance(decision, Decision):
             self.supervision.step(Step(it, decision.action, tool, shown_args, decision.reason, observation))
-        key = (kind, tool, sha256_of(decision.args) if isinstance(decision, Decision) else None,
+        key = (kind, tool, self._sha(decision.args) if isinstance(decision, Decision) else None,
                decision.action if isinstance(decision, Decision) else None)
         if key == self._last_rejected and kind != "malformed":
             raise _End("duplicate_action", why=f"the router model proposed the same rejected action twice in a row"
@@ -466,9 +481,13 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         writes after, since the model may repeat them), the run's credentials wherever they occur.
         A resumed run that meets such an answer cannot rebuild the call (``_withheld``)."""
         if rec.get("role") == "router":
-            rec = {**rec, "text": without_proposed_secrets(rec["text"], self._tool, self.handle.ctx.redactor, self._secrets)}
-        # the request as what it adds to the one before (``_request_delta.py``): O(n) text a run
-        self.handle.model_answer(self._requests.journal_form(scrub_record(rec, self._secrets)))
+            rec = {**rec, "text": without_proposed_secrets(rec["text"], self._tool, self.handle.ctx.redactor, self._secrets,
+                                                           self._decision_of(rec["text"]))}
+        # the request as what it adds to the one before (``_request_delta.py``): O(n) text a run;
+        # the chain scrubs it, searching only the text that may hold a secret it did not search
+        rest = scrub_record({k: v for k, v in rec.items() if k != "request"}, self._secrets)
+        rec = {k: rec[k] if k == "request" else rest[k] for k in rec}
+        self.handle.model_answer(self._requests.journal_form(rec, self._secrets.scrubber if self._secrets else None))
         self._unsynced = True
 
     def _withheld(self, decision: Decision, answer: Any, it: int) -> bool:

@@ -10,7 +10,6 @@ from typing import Any
 
 import trio
 
-from .._canonical import sha256_of
 from ..receipts import Receipt
 from ..router.observations import observe_masked, observe_receipt, observe_withheld
 from ..router.views import Observation
@@ -40,7 +39,7 @@ class LoopCalls:
 
     def _count(self, tool: Any, args: dict, receipt: Receipt) -> None:
         """A settled (or kept) receipt of this loop, counted where the summary's ``loop`` looks."""
-        self.ran.add((tool.id, sha256_of(args)))
+        self.ran.add((tool.id, self._sha(args)))
         self.ledger.count_tool_call()
         self.state.ran(tool.id, receipt.status)
         self.supervision.settled(tool.id, receipt)

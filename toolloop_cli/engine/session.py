@@ -551,6 +551,9 @@ class _ChildJournal:
     def sync(self) -> None:
         self.parent.sync()
 
+    def answer(self, record: dict[str, Any]) -> None:
+        self.parent.answer(record)
+
     def write(self, change: Callable[..., Any], *args: Any) -> None:
         self.parent.write(change, *args)
 

@@ -47,6 +47,7 @@ class Supervision:
         self.steps: list[Step] = []
         self.controls_seen = 0
         self.aborted: str | None = None  # why, when an operator's abort ended the loop while a call ran
+        self.looked_at = float("-inf")  # when the journal was last looked at for an abort (the run's clock)
 
     # -- what the runner tells it ------------------------------------------------------------
 
@@ -105,12 +106,15 @@ class Supervision:
     def abort_waiting(self) -> bool:
         """Whether an operator's abort is in the journal, not read yet."""
         runner = self.runner
+        self.looked_at = trio.current_time()
         return any(kind == "abort" and consumed_at is None for _n, kind, _m, consumed_at
                    in runner.handle.controls_after(self.controls_seen))
 
     async def watch_for_abort(self, iteration: int) -> None:
         """While the call of turn ``iteration`` runs: an operator's abort ends the loop at once,
-        cancelling the call (the runner gives it its receipt)."""
+        cancelling the call (the runner gives it its receipt). The first look is a poll after the
+        runner's own, just before the call's gate (at once if the gate took longer)."""
+        await trio.sleep_until(self.looked_at + CONTROL_POLL_S)
         while True:
             if self.abort_waiting():
                 why = self.read_controls(iteration + 1, live=True, iteration=iteration)

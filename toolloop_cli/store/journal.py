@@ -34,7 +34,7 @@ class JournalWriter:
     """
 
     _STOP = object()
-    _COMMIT, _EMIT, _BOTH, _OTHER, _SYNC, _OTHER_QUIET, _WRITE = 1, 2, 3, 4, 8, 16, 32
+    _COMMIT, _EMIT, _BOTH, _OTHER, _SYNC, _OTHER_QUIET, _WRITE, _ANSWER = 1, 2, 3, 4, 8, 16, 32, 64
 
     def __init__(self, store: Any, after_commit: Callable[[dict], None], max_batch: int = 512,
                  on_error: Callable[[BaseException], None] | None = None,
@@ -69,6 +69,11 @@ class JournalWriter:
     def emit(self, record: dict) -> None:
         """Hand on a record whose commit was requested earlier (or that the journal holds)."""
         self._q.put((self._EMIT, record))
+
+    def answer(self, record: dict) -> None:
+        """Commit a model's answer (a ``model_answer`` record, never handed on for output) in
+        the transaction of the records queued around it, in its place in the queue."""
+        self._q.put((self._ANSWER, record))
 
     def write(self, change: Callable[..., Any], *args: Any) -> None:
         """Make a change to the store (``change(*args)``, one of its methods) on the journal thread,
@@ -141,8 +146,11 @@ class JournalWriter:
             return True
         records = [r for kind, r in items if kind & self._COMMIT]
         others = [r for kind, r in items if kind in (self._OTHER, self._OTHER_QUIET)]
+        answers = [r for kind, r in items if kind == self._ANSWER]
         try:
-            if others:
+            if answers:
+                self.store.put_records(records, others, answers)
+            elif others:
                 self.store.put_records(records, others)
             elif records:
                 self.store.put_receipts(records)

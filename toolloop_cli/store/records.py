@@ -102,14 +102,23 @@ class Records(Database):
         the earlier one (resume settles a cancelled write as interrupted, or re-runs a call)."""
         self.put_records(records)
 
-    def put_records(self, receipts: list[dict], others: list[tuple[dict, int]] = ()) -> None:  # type: ignore[assignment]
-        """Commit receipts and other output records in one transaction, each with its link in
-        its run's hash chain (receipts first, then the others, in the order given). ``others``
-        are ``(record, receipts_before)``: the record and how many receipts were printed before it."""
+    def put_records(self, receipts: list[dict], others: list[tuple[dict, int]] = (),  # type: ignore[assignment]
+                    answers: list[dict] = ()) -> None:  # type: ignore[assignment]
+        """Commit receipts, other output records and model answers in one transaction, each with
+        its link in its run's hash chain (model answers first, then receipts, then the others, in
+        the order given). ``others`` are ``(record, receipts_before)``: the record and how many
+        receipts were printed before it; ``answers`` are ``model_answer`` records."""
         rows = [(r["run_id"], r["seq"], r["status"], dumps(r)) for r in receipts]
+        answer_rows = [(a["run_id"], a["n"], a["role"], a["request_sha256"], a.get("text") or "", dumps(a))
+                       for a in answers]
 
         def work() -> None:
             links: list[tuple[str, str, int, str | None]] = []
+            if answer_rows:
+                self.db.executemany(
+                    "INSERT OR REPLACE INTO model_answers (run_id, n, role, request_sha256, answer, record)"
+                    " VALUES (?,?,?,?,?,?)", answer_rows)
+                links += [(run_id, "model_answer", n, text) for run_id, n, _r, _s, _a, text in answer_rows]
             if rows:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows)
@@ -160,17 +169,7 @@ class Records(Database):
     def put_model_answer(self, answer: dict) -> None:
         """Commit one model answer (a ``model_answer`` record: run_id, n, role, request_sha256, ...)
         with its link in the run's hash chain."""
-        text = dumps(answer)
-
-        def work() -> None:
-            self.db.execute(
-                "INSERT OR REPLACE INTO model_answers (run_id, n, role, request_sha256, answer, record)"
-                " VALUES (?,?,?,?,?,?)",
-                (answer["run_id"], answer["n"], answer["role"], answer["request_sha256"], answer.get("text") or "",
-                 text))
-            link(self.db, [(answer["run_id"], "model_answer", answer["n"], text)])
-
-        self._transaction(work)
+        self.put_records([], (), [answer])
 
     def drop_went_past(self, run_id: str, from_n: int, from_seq: int) -> None:
         """Forget what an earlier attempt of a routed run journaled past the point where a resumed
