@@ -201,3 +201,10 @@ def test_every_state_dir_option_says_where_the_journal_is_by_default(cli):
     assert vague == []
     shown = cli("call", "--help", env={"COLUMNS": "200"}).stdout.decode()
     assert "Folder of state.db (default .toolloop, or TOOLLOOP_STATE_DIR)." in " ".join(shown.split())
+
+
+def test_counts_in_messages_are_plural_only_when_they_are_not_one():
+    from toolloop_cli._text import counted
+
+    assert [counted(n, "error") for n in (0, 1, 2)] == ["0 errors", "1 error", "2 errors"]
+    assert counted(1, "MCP schema") == "1 MCP schema" and counted(3, "child", "children") == "3 children"

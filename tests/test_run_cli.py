@@ -113,7 +113,7 @@ def test_a_rejected_plan_runs_nothing_and_lists_every_problem(cli, tmp_path):
     lines = proc.stderr.decode().splitlines()
     assert [line.split()[2] for line in lines[:-1]] == ["TL402", "TL405", "TL404"]
     assert all(line.startswith("plan.yml:1:") for line in lines[:-1])
-    assert lines[-1] == "toolloop: plan rejected (3 error(s)); nothing ran"
+    assert lines[-1] == "toolloop: plan rejected (3 errors); nothing ran"
 
 
 def test_dry_run_shows_the_calls_and_runs_nothing(cli, tmp_path):

@@ -278,7 +278,7 @@ def test_lock_then_locked_then_drift(cli, tmp_path):
     put(tmp_path, "reg.yml", CLEAN)
     r = cli("lock", "reg.yml")
     assert r.returncode == 0, r.stderr
-    assert r.stderr.decode() == "wrote toolloop.lock (reg.yml: 1 tools, 1 subagents)\n"
+    assert r.stderr.decode() == "wrote toolloop.lock (reg.yml: 1 tool, 1 subagent)\n"
     lock = json.loads((tmp_path / "toolloop.lock").read_text())
     assert set(lock["registries"]["reg.yml"]["tools"]) == {"w/echo"}
     assert cli("validate", "reg.yml", "--locked").returncode == 0

@@ -325,7 +325,7 @@ def test_two_registries_in_one_folder_share_one_lock(cli, tmp_path):
     put(tmp_path, "regs/b.yml", REG.replace("w:", "v:"))
     assert cli("lock", "regs/a.yml").returncode == 0
     r = cli("lock", "regs/b.yml")
-    assert r.stderr.decode() == "wrote regs/toolloop.lock (b.yml: 1 tools, 1 subagents)\n"
+    assert r.stderr.decode() == "wrote regs/toolloop.lock (b.yml: 1 tool, 1 subagent)\n"
     lock = json.loads((tmp_path / "regs" / "toolloop.lock").read_text())
     assert lock["version"] == 2 and set(lock["registries"]) == {"a.yml", "b.yml"}
     assert set(lock["registries"]["b.yml"]["tools"]) == {"v/echo"}

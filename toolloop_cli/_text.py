@@ -57,6 +57,11 @@ def listing(names: Any, most: int = 12) -> str:
     return shown + (f", … ({len(names) - most} more)" if len(names) > most else "")
 
 
+def counted(n: int, word: str, plural: str | None = None) -> str:
+    """``n`` and ``word``, plural unless ``n`` is 1: "1 tool", "3 tools", "2 errors"."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def error_text(exc: BaseException) -> str:
     """``Type: message`` of an exception raised by someone else's code, clipped; never fails,
     whatever the exception's ``__str__`` does."""

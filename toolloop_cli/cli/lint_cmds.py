@@ -146,8 +146,11 @@ def lock(registry: Path = typer.Argument(..., metavar="REGISTRY", help="Registry
         print_findings(server_problems)
         raise typer.Exit(3)
     target, entry = write_lock(registry, contract, mcp=mcp_hashes)
-    sys.stderr.write(f"wrote {display_path(target)} ({registry.name}: {len(entry['tools'])} tools,"
-                     f" {len(entry['subagents'])} subagents{f', {len(mcp_hashes)} MCP schemas' if mcp_hashes else ''})\n")
+    from .._text import counted
+
+    mcp = f", {counted(len(mcp_hashes), 'MCP schema')}" if mcp_hashes else ""
+    sys.stderr.write(f"wrote {display_path(target)} ({registry.name}: {counted(len(entry['tools']), 'tool')},"
+                     f" {counted(len(entry['subagents']), 'subagent')}{mcp})\n")
 
 
 def tools(

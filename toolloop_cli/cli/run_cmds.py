@@ -86,7 +86,10 @@ def run(
         fail("interrupted before the run started; nothing ran", 130)
     except ConfigError as exc:
         print_findings(exc.problems)
-        sys.stderr.write(f"toolloop: plan rejected ({sum(p.level == 'error' for p in exc.problems)} error(s)); nothing ran\n")
+        from .._text import counted
+
+        errors = counted(sum(p.level == "error" for p in exc.problems), "error")
+        sys.stderr.write(f"toolloop: plan rejected ({errors}); nothing ran\n")
         write_rejected_summary(format, plan, started, executor=executor.value)
         raise typer.Exit(3)
     finally:
