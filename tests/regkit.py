@@ -53,6 +53,14 @@ TOOLS: dict[str, str] = {
         description: Logs its key, then sleeps on the event loop.
         input_schema: {_SLOW}
         output_schema: {{}}""",
+    "nap": """
+        callable: testapp.tools:sleep_async
+        description: Sleeps on the event loop.
+        input_schema: {type: object, required: [seconds], properties: {seconds: {type: number}}}
+        output_schema: {}""",
+    "research": """
+        plan: research.yml
+        description: Research one question and return an answer.""",
     "slow_write": f"""
         callable: testapp.tools:log_run_async
         description: Logs its key, then sleeps on the event loop; a write.
@@ -62,13 +70,18 @@ TOOLS: dict[str, str] = {
 }
 
 
-def registry_yaml(*tools: str, subagent: str = "t", tool_timeout_s: int = 10) -> str:
-    """A registry file declaring ``tools`` (names of ``TOOLS``) under one subagent."""
+def registry_yaml(*tools: str, subagent: str = "t", tool_timeout_s: int = 10, max_depth: int | None = None,
+                  extra: dict[str, str] | None = None) -> str:
+    """A registry file declaring ``tools`` (names of ``TOOLS``) under one subagent; ``max_depth``
+    allows child plans (the ``research`` tool runs ``research.yml``), and ``extra`` adds lines to a
+    tool's declaration (``{"research": "timeout_s: 5"}``)."""
+    defaults = f"tool_timeout_s: {tool_timeout_s}" + (f", max_depth: {max_depth}" if max_depth is not None else "")
     lines = ["version: 1", f"app_root: {APP}", "subagents:", f"  {subagent}:",
-             f"    runner_defaults: {{tool_timeout_s: {tool_timeout_s}}}", "    tools:"]
+             f"    runner_defaults: {{{defaults}}}", "    tools:"]
     for name in tools:
         lines.append(f"      {name}:")
-        lines.extend("        " + line.strip() for line in TOOLS[name].strip("\n").splitlines())
+        body = TOOLS[name].strip("\n").splitlines() + (extra or {}).get(name, "").splitlines()
+        lines.extend("        " + line.strip() for line in body if line.strip())
     return "\n".join(lines) + "\n"
 
 

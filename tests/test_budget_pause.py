@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from conftest import APP, write
-from regkit import openai_profile
+from regkit import openai_profile, registry_yaml
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.errors import UsageError
 from toolloop_cli.providers import ModelReply
@@ -272,22 +272,7 @@ def test_time_spent_paused_is_not_charged_to_timeout_s():
 
 
 def family(tmp_path, parent_budget: str, child_budget: str) -> str:
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{max_depth: 1, tool_timeout_s: 60}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns its arguments.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              research:
-                plan: research.yml
-                description: Research one question and return an answer.
-    """)
+    write(tmp_path / "reg.yml", registry_yaml("echo", "research", tool_timeout_s=60, max_depth=1))
     write(tmp_path / "research.yml", f"""
         version: 1
         registry: reg.yml

@@ -9,7 +9,8 @@ import json
 import pytest
 import trio.testing
 
-from conftest import APP, write
+from conftest import write
+from regkit import registry_yaml
 from toolloop_cli.engine.run import RunOptions, execute_plan
 from toolloop_cli.plan.admit import admit_plan
 from toolloop_cli.store import Store
@@ -20,28 +21,8 @@ def parent_plan(tmp_path, mode: str):
     fixture.write_text(json.dumps({"type": "model_answer", "n": 1, "role": "router", "model": "m", "input_tokens": 1,
                                    "output_tokens": 1, "text": json.dumps(
                                        {"action": "call", "tool": "nap", "args": {"seconds": 100}, "reason": "r"})}) + "\n")
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{max_depth: 1, tool_timeout_s: 300}}
-            tools:
-              nap:
-                callable: testapp.tools:sleep_async
-                description: Sleeps on the event loop.
-                input_schema: {{type: object, required: [seconds], properties: {{seconds: {{type: number}}}}}}
-                output_schema: {{}}
-              boom:
-                callable: testapp.tools:boom
-                description: Always raises.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              research:
-                plan: research.yml
-                description: Research one question and return an answer.
-                timeout_s: 5
-    """)
+    write(tmp_path / "reg.yml", registry_yaml("nap", "boom", "research", tool_timeout_s=300, max_depth=1,
+                                              extra={"research": "timeout_s: 5"}))
     write(tmp_path / "research.yml", """
         version: 1
         registry: reg.yml

@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 from conftest import APP, jsonl, write
-from regkit import openai_profile
+from regkit import openai_profile, registry_yaml
 
 KEY = "sk-childruns-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -392,22 +392,7 @@ def test_a_childs_running_call_gets_its_receipt_when_the_parents_time_runs_out(t
         (tmp_path / name).write_text("\n".join(lines) + "\n")
         return f"{{provider: replay, fixture: {name}}}"
 
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{max_depth: 1, tool_timeout_s: 300}}
-            tools:
-              nap:
-                callable: testapp.tools:sleep_async
-                description: Sleeps on the event loop.
-                input_schema: {{type: object, required: [seconds], properties: {{seconds: {{type: number}}}}}}
-                output_schema: {{}}
-              research:
-                plan: research.yml
-                description: Research one question and return an answer.
-    """)
+    write(tmp_path / "reg.yml", registry_yaml("nap", "research", tool_timeout_s=300, max_depth=1))
     child = fixture("child.jsonl", call("nap", {"seconds": 100}))
     write(tmp_path / "research.yml", f"""
         version: 1

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import APP, jsonl, write
 from modelserver import Reply
-from regkit import openai_profile
+from regkit import openai_profile, registry_yaml
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.engine.replay import exhausted_turn, export_records
 from toolloop_cli.errors import ConfigError, UsageError
@@ -138,22 +138,7 @@ def test_an_export_starts_with_a_manifest_naming_what_it_cannot_reproduce(tmp_pa
 
 def child_setup(tmp_path, *questions: str):
     """A sequential parent that asks its ``research`` child plan each question."""
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{max_depth: 1, tool_timeout_s: 10}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns its arguments.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              research:
-                plan: research.yml
-                description: Research one question.
-    """)
+    write(tmp_path / "reg.yml", registry_yaml("echo", "research", max_depth=1))
     profile = "{provider: openai, model: m, api_key_env: CHILD_KEY}"
     write(tmp_path / "research.yml", f"""
         version: 1
