@@ -67,7 +67,8 @@ class LanesRunner:
             if plan.stream is not None:
                 from .spool import LaneSpool
 
-                plan.stream.journal_to(LaneSpool(session.store, ctx.run_id, grow_total=True, keep_calls=0))
+                plan.stream.journal_to(LaneSpool(session.store, ctx.run_id, grow_total=True, keep_calls=0,
+                                                  secrets=ctx.services.secrets))
             return
         ctx.config.parallel_batch_id = resume["parallel_batch_id"]
         for parent_seq, child in resume.get("children", ()):
