@@ -1,5 +1,7 @@
 """What a run journals as it goes: receipts, its other output records (decisions, supervisor and
-guardrail records), the model answers of a routed run, and the hash chain over all of them.
+guardrail records), the model answers of a routed run, the answers and receipts a resumed
+routed run went past (moved apart, never deleted: ``move_went_past``), and the hash chain over
+all of them.
 
 Each record commits in one transaction with its link in its run's hash chain (``chain.py`` says
 how links are computed and checked). Approval requests and answers and operator controls are
