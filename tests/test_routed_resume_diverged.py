@@ -1,11 +1,14 @@
 """A resumed routed run that goes another way than its first attempt: the answers the first
 attempt journaled after the point where the paths part are not the run's, and no reader of the
 journal (a later resume, ``runs export``, ``Store.model_answers_of``; ``runs verify`` still holds)
-takes them as its own. Runs in process through ``Launch`` with scripted providers."""
+takes them as its own. They are not deleted either: a receipt records an effect that happened, so
+the answers and receipts went past are moved to a table of their own, exported under the
+manifest's ``went_past`` and checked by ``runs verify`` like any other record. Runs in process through ``Launch`` with scripted providers."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 
 from conftest import APP, jsonl, write
 from toolloop_cli.engine.launch import Launch, RunOptions
@@ -121,5 +124,31 @@ def test_answers_a_resumed_run_went_past_are_not_the_runs(tmp_path, cli):
     state = str(tmp_path / "state")
     exported = jsonl(cli("runs", "export", run_id, "--state-dir", state).stdout)
     assert [r["text"] for r in exported if r.get("type") == "model_answer"] == texts
-    assert "stale" not in json.dumps(exported)  # no answer, request, receipt or record of the path gone
+    # no answer, request, receipt or record of the run's own is of the path gone
+    assert "stale" not in json.dumps(exported[1:])
+    # but what that path did is kept: the answer and the receipt of the call it made (an effect
+    # that happened), under the manifest's went_past
+    moved = exported[0]["went_past"]
+    assert [m["kind"] for m in moved] == ["model_answer", "receipt"]
+    assert moved[0]["ref"] == 3 and moved[0]["record"]["text"] == first_turns[2]
+    stale = moved[1]["record"]
+    assert stale["type"] == "receipt" and stale["status"] == "ok" and stale["args"] == {"key": "stale"}
+    assert moved[1]["ref"] == stale["seq"] == receipts[2]["seq"]
+    assert all(isinstance(m["at"], str) for m in moved)
     assert cli("runs", "verify", run_id, "--state-dir", state).returncode == 0
+    shown = cli("runs", "show", run_id, "--state-dir", state, "--format", "jsonl")
+    assert shown.returncode == 0 and b'"stale"' not in shown.stdout
+
+    # a moved record is checked like any other: changed, or gone, the chain no longer holds
+    db = sqlite3.connect(tmp_path / "state" / "state.db")
+    try:
+        with db:
+            db.execute("UPDATE went_past SET record=replace(record, '\"stale\"', '\"fresh\"') WHERE kind='receipt'")
+        tampered = cli("runs", "verify", run_id, "--state-dir", state)
+        assert tampered.returncode == 1 and b"does not match its link" in tampered.stderr, tampered.stderr
+        with db:
+            db.execute("DELETE FROM went_past WHERE kind='receipt'")
+        gone = cli("runs", "verify", run_id, "--state-dir", state)
+        assert gone.returncode == 1 and b"missing from the journal" in gone.stderr, gone.stderr
+    finally:
+        db.close()

@@ -12,7 +12,11 @@ where the first link's previous link is the empty string, and ``kind`` and ``ref
 - ``approval`` (ref: the request's number in its run): an approval request, linked again each time
   it changes (answered, used, asked again); its text is the row's columns other than its keys'
   numbers, as canonical JSON (sorted keys, NULL columns left out);
-- ``control`` (ref: its ``n``): an operator's steer or abort, linked again when a run reads it.
+- ``control`` (ref: its ``n``): an operator's steer or abort, linked again when a run reads it;
+- ``went_past`` (ref: its number among the run's moved records): a model answer or receipt an
+  earlier attempt of a routed run journaled past the point where a resumed run went another way,
+  moved out of the run's tables as it was stored, so its ``record_sha256`` is the digest its own
+  link carried.
 
 A ``reset`` link (ref -1, record_sha256 of the empty string) says that the run's other records
 were cleared to be recorded again (a resumed routed run replays its loop). The head is the last
@@ -22,8 +26,8 @@ follow the summary's head.
 
 A record replaced later (a resumed run settles a call again, a request is answered) keeps its old
 link: only the last link for each record is checked against what the journal holds now. A
-``model_answer`` or ``receipt`` whose last link carries the empty string's digest was dropped (a
-resumed run went another way than the attempt that journaled it): the journal must no longer hold it. ``verify``
+``model_answer`` or ``receipt`` no longer in the run's tables must have been moved: a later
+``went_past`` link carries its digest (and is checked against the moved copy like any record). ``verify``
 recomputes the chain and names the first record that does not match; given a head kept elsewhere
 (``expect``: a ``chain_sha256`` printed when the run, or an earlier session of it, ended), it also
 checks that the chain still passes through it, which a journal rewritten with recomputed links
@@ -36,7 +40,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-KINDS = ("receipt", "record", "model_answer", "approval", "control")
+WENT_PAST = "went_past"
+KINDS = ("receipt", "record", "model_answer", "approval", "control", WENT_PAST)
 RESET = "reset"
 #: kinds another process may link while the run is paused, after its summary
 AFTER_SUMMARY = frozenset({"approval", "control"})
@@ -86,6 +91,8 @@ def describe(kind: str, ref: int, record: dict | None = None) -> str:
         return f"approval request {ref}{keys('item_key', 'call_key')}"
     if kind == "control":
         return f"operator control {ref}{keys('kind')}"
+    if kind == WENT_PAST:
+        return f"went-past record {ref}"
     if kind == "record" and record is not None and isinstance(record.get("type"), str):
         it = record.get("iteration")
         return f"{record['type']} record {ref}" + (f" (iteration {it})" if it is not None else "")
@@ -100,9 +107,10 @@ def verify(links: Iterable[Link], current: dict[tuple[str, int], str], *,
     given as ``expect`` (a link the chain must pass through)."""
     links = list(links)
     last, last_reset = _last_links(links)
+    moved = _moved(links)
     previous = ""
     for link in links:
-        problem = _link_problem(link, previous, last, last_reset, current, parse)
+        problem = _link_problem(link, previous, last, last_reset, current, parse, moved)
         if problem is not None:
             return Verdict(False, len(links), None, problem)
         previous = link.link_sha256
@@ -136,8 +144,14 @@ def _last_links(links: list[Link]) -> tuple[dict[tuple[str, int], int], int]:
     return last, last_reset
 
 
+def _moved(links: list[Link]) -> dict[str, int]:
+    """The digests the run's ``went_past`` links carry, each with the number of its last such link."""
+    return {link.record_sha256: link.n for link in links if link.kind == WENT_PAST}
+
+
 def _link_problem(link: Link, previous: str, last: dict[tuple[str, int], int], last_reset: int,
-                  current: dict[tuple[str, int], str], parse: Callable[[str], dict | None]) -> str | None:
+                  current: dict[tuple[str, int], str], parse: Callable[[str], dict | None],
+                  moved: dict[str, int]) -> str | None:
     """What is wrong with one link: its kind, its digest, or (for the last link of a record
     not cleared by a later reset) the record the journal holds now."""
     if link.kind != RESET and link.kind not in KINDS:
@@ -149,8 +163,8 @@ def _link_problem(link: Link, previous: str, last: dict[tuple[str, int], int], l
     if not checked:
         return None
     text = current.get((link.kind, link.ref))
-    if text is None and link.kind in ("model_answer", "receipt") and link.record_sha256 == EMPTY_SHA256:
-        return None  # dropped: not the run's answer
+    if text is None and link.kind in ("model_answer", "receipt") and moved.get(link.record_sha256, -1) > link.n:
+        return None  # moved out of the run's tables later: its went_past link checks the copy
     if text is None:
         return f"{describe(link.kind, link.ref)} is missing from the journal (link {link.n})"
     if record_sha256(text) != link.record_sha256:

@@ -291,6 +291,16 @@ class ExportCounts(_Record):
     model_answers: int = Field(ge=0)
 
 
+class WentPast(_Record):
+    """A model answer or receipt an earlier attempt of a resumed routed run journaled past the
+    point where the run went another way: not the run's, kept as it was journaled."""
+
+    kind: Literal["model_answer", "receipt"]
+    ref: int  # the answer's n or the receipt's seq
+    at: str = RFC3339  # when it was set aside
+    record: dict[str, Any]
+
+
 class ManifestRecord(_Record):
     """The first record of ``runs export``: what the file holds and what it cannot reproduce."""
 
@@ -301,6 +311,7 @@ class ManifestRecord(_Record):
     contract_sha256: Optional[str]
     counts: ExportCounts
     not_captured: NotCaptured
+    went_past: Optional[list[WentPast]] = None  # only when the run went past any
 
 
 class OutputRecord(BaseModel):

@@ -9,6 +9,7 @@ does not open or close the run, touch its lease or write its summary: those stay
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
@@ -84,9 +85,9 @@ class RunHandle:
 
     def drop_went_past(self, from_n: int, from_seq: int) -> None:
         """The run went another way than the attempt that journaled its answers from ``from_n``
-        on and its calls from ``from_seq`` on: they are dropped (on the journal thread, in order
-        with the run's records)."""
-        self._journal.write(self._store.drop_went_past, self.run_id, from_n, from_seq)
+        on and its calls from ``from_seq`` on: they are moved out of the run's records, kept
+        apart (on the journal thread, in order with the run's records)."""
+        self._journal.write(self._store.move_went_past, self.run_id, from_n, from_seq, time.time())
 
     async def synced(self) -> None:
         """Return once the journal holds every record handed to it so far (as the session's

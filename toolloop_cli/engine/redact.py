@@ -182,7 +182,7 @@ def scrub_record(rec: dict, secrets: Any) -> dict:
     return {k: v if k in _OWN_FIELDS else secrets.deep(v) for k, v in rec.items()}
 
 
-def without_run_secrets(secrets: RunSecrets, lanes: list[tuple], calls: list[tuple]) -> tuple[list[tuple], list[tuple]]:
+def without_run_secrets(secrets: RunSecrets | None, lanes: list[tuple], calls: list[tuple]) -> tuple[list[tuple], list[tuple]]:
     """The journal rows of admitted lanes and calls (``spool.lane_rows``) with what a plan wrote
     literally withheld where it holds one of the run's secrets (a credential written as an
     argument or in a lane's payload): the arguments are stored as NULL and the payload as its

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..chain import refuse_unless_it_holds
 from ..plan.admit import AdmittedPlan
+from ..receipts import rfc3339
 from ..store import Store
 from .recording import Recording
 
@@ -268,6 +269,11 @@ def export_records(store: Store, run: dict) -> list[dict]:
         "not_captured": {"redacted": redacted, "child_runs": children,
                          "env": list((run["options"] or {}).get("credential_env") or [])},
     }
+    # what an earlier attempt of a resumed routed run did past where the run went another way:
+    # not the run's (no replay takes it), kept because a receipt records an effect that happened
+    went_past = [{**m, "at": rfc3339(m["at"])} for m in store.went_past_of(run["run_id"])]
+    if went_past:
+        manifest["went_past"] = went_past
     return [manifest, *body]
 
 

@@ -67,11 +67,18 @@ class LanesRunner:
             if plan.stream is not None:
                 from .spool import LaneSpool
 
-                plan.stream.journal_to(LaneSpool(session.store, ctx.run_id, grow_total=True, keep_calls=0))
+                plan.stream.journal_to(LaneSpool(session.store, ctx.run_id, grow_total=True, keep_calls=0,
+                                                  secrets=ctx.services.secrets))
             return
         ctx.config.parallel_batch_id = resume["parallel_batch_id"]
         for parent_seq, child in resume.get("children", ()):
             ctx.children.add(parent_seq, child)  # printed again right after its kept parent
+        # the calls kept from earlier sessions that ran count toward their tool's max_calls, as
+        # they did in the session that made them (a dispatched call is checked against it)
+        for kept in [*resume["prior"], *(child for _parent, child in resume.get("children", ()))]:
+            tool = plan.subagent.tools.get(kept.tool)
+            if tool is not None and (kept.attempts > 0 or kept.cache == "hit"):
+                ctx.ledger.count(tool)
         ctx.sequence.continue_from(resume.get("completion_start", 0))
         session.store.reopen_run(ctx.run_id)
         if resume.get("contract_changed"):

@@ -3,8 +3,9 @@ back a page at a time when they run, so memory stays bounded however many there 
 lanes fit in memory (``KEEP_CALLS``) also keeps them as admitted and runs them from there: the
 journal still holds every one (resume reads them back), the run skips the round trip.
 
-The journal never holds a redacted value: arguments or payloads that hold one stay in memory
-(keyed by seq or lane) for the run, and resume rebuilds them from ``--lanes FILE`` given again.
+The journal never holds a redacted value, nor one of the run's secrets written literally in a
+lane: arguments or payloads that hold one stay in memory (keyed by seq or lane) for the run, and
+resume rebuilds them from ``--lanes FILE`` given again.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .._canonical import sha256_of
 from ..store.db import Connection, parse_json, parse_object
 from ..contract.compiled import SubagentSpec
 from ..plan.admit import AdmittedCall, AdmittedLane, project_payload
-from .redact import Redactor
+from .redact import Redactor, RunSecrets, run_credentials, without_run_secrets
 
 PAGE_LANES = 256
 #: lanes of at most this many calls in all are also kept in memory as admitted and run from there
@@ -154,8 +155,11 @@ class LaneSpool:
     """Admitted lanes of one run, journaled in pages as they arrive."""
 
     def __init__(self, store: Any, run_id: str, page: int = PAGE_LANES, grow_total: bool = False,
-                 keep_calls: int = KEEP_CALLS):
+                 keep_calls: int = KEEP_CALLS, secrets: RunSecrets | None = None):
         self.store = store
+        #: the run's secrets: a lane that holds one literally is journaled without it (``admitting``
+        #: finds them when lanes are spooled before the run has its own)
+        self.secrets = secrets
         self.keep_calls = keep_calls
         #: the lanes as admitted while they fit in ``keep_calls`` (None once they do not)
         self._kept: list[AdmittedLane] | None = [] if keep_calls > 0 else None
@@ -181,6 +185,14 @@ class LaneSpool:
         self.keys = ItemKeys(self, held)
         return self.keys
 
+    def admitting(self, contract: Any) -> None:
+        """Lanes of a run of ``contract`` are about to be admitted (before the run starts): the
+        credentials such a run reads are its secrets."""
+        if self.secrets is None:
+            import os
+
+            self.secrets = RunSecrets(run_credentials(contract, os.environ))
+
     def add(self, lane: AdmittedLane) -> None:
         if self.first_lane is None:
             self.first_lane = lane.index
@@ -198,7 +210,9 @@ class LaneSpool:
     def flush(self) -> None:
         if not self._buffer:
             return
-        lrows, crows = lane_rows(self._buffer)
+        # arguments and payloads that hold a redacted value or a run secret are withheld (kept
+        # in memory for this run; a resume rebuilds them from --lanes FILE given again)
+        lrows, crows = without_run_secrets(self.secrets, *lane_rows(self._buffer))
         for (index, _k, payload, withheld), lane in zip(lrows, self._buffer):
             if withheld is not None:
                 self._payloads[index] = payload

@@ -27,6 +27,8 @@ def read_lanes(source: IO[bytes], shown: str, adm: _Admitter, problems: list[Pro
     col = Collector(smap, problems)
     if spool is not None and hasattr(spool, "item_keys"):
         adm.item_keys = spool.item_keys(adm.item_keys)  # journaled keys are looked up, not held
+    if spool is not None and hasattr(spool, "admitting"):
+        spool.admitting(adm.contract)  # the run's credentials: never journaled as a lane holds them
     for lineno, raw in enumerate(source, start=1):
         if not raw.strip():
             continue

@@ -6,7 +6,8 @@ is a facade over its parts, one module per concern:
 - ``db``: the connection (WAL, migrations, one transaction at a time) and the read layer that
   checks every value read; ``schema``: the migrations;
 - ``runs``: runs, their lanes and admitted calls; ``records``: receipts, other output records,
-  model answers and the hash chain over them; ``approvals``; ``controls``; ``notifications``
+  model answers, those a resumed routed run went past (``went_past``, kept apart from the run's)
+  and the hash chain over them; ``approvals``; ``controls``; ``notifications``
   (attempts to tell someone about a run, kept outside the chain);
 - ``cache``: the result cache, a class of its own (``Store.cache``);
 - ``liveness``: leases and start markers; ``pruning``: deleting runs and compacting;

@@ -45,7 +45,7 @@ class Pruning(Runs):
                 "SELECT COUNT(*) FROM receipts WHERE run_id IN (SELECT run_id FROM pruned)").fetchone()[0]
             cache = self._unused_cache_keys(runs)
             for table in ("receipts", "records", "controls", "calls", "lanes", "starts", "decisions", "model_answers",
-                          "approvals", "chain", "notifications", "runs"):
+                          "approvals", "chain", "notifications", "went_past", "runs"):
                 self.db.execute(f"DELETE FROM {table} WHERE run_id IN (SELECT run_id FROM pruned)")
             self.db.executemany("DELETE FROM cache WHERE key=?", ((k,) for k in cache))
             self.db.execute("DROP TABLE pruned")

@@ -1,5 +1,7 @@
 """What a run journals as it goes: receipts, its other output records (decisions, supervisor and
-guardrail records), the model answers of a routed run, and the hash chain over all of them.
+guardrail records), the model answers of a routed run, the answers and receipts a resumed
+routed run went past (moved apart, never deleted: ``move_went_past``), and the hash chain over
+all of them.
 
 Each record commits in one transaction with its link in its run's hash chain (``chain.py`` says
 how links are computed and checked). Approval requests and answers and operator controls are
@@ -13,7 +15,7 @@ from typing import Any
 
 from .. import _json
 from .._request_delta import rebuilt
-from ..chain import EMPTY_SHA256, RESET, Link, link_sha256, record_sha256
+from ..chain import EMPTY_SHA256, RESET, WENT_PAST, Link, describe, link_sha256, record_sha256
 from ..errors import StateError
 from .db import MODEL_ANSWER, RECEIPT, Connection, Database, dumps, naming_the_run, parse_object
 
@@ -28,8 +30,6 @@ _RECORD_KEYS: dict[str, dict[str, Any]] = {
 def _record(kind: str, ref: int, text: str) -> dict:
     """A journaled record read back: a JSON object with the keys its readers rely on, of the type
     its table holds (a decision in the receipts' table would be shown as what it is not)."""
-    from ..chain import describe
-
     what = describe(kind, ref)
     rec = parse_object(text, what, _RECORD_KEYS[kind])
     shown = rec["type"]
@@ -171,24 +171,61 @@ class Records(Database):
         with its link in the run's hash chain."""
         self.put_records([], (), [answer])
 
-    def drop_went_past(self, run_id: str, from_n: int, from_seq: int) -> None:
-        """Forget what an earlier attempt of a routed run journaled past the point where a resumed
-        run went another way: its answers numbered ``from_n`` and after, and the calls those
-        answers led to (the loop's receipts from ``from_seq`` on, the calls they dispatched, their
-        start markers). They are not the run's. Each gets a link saying so (the empty record's
-        digest), so ``runs verify`` still holds and a later resume, replay or export never takes
-        one of them as the run's."""
+    def move_went_past(self, run_id: str, from_n: int, from_seq: int, at: float) -> None:
+        """Set aside what an earlier attempt of a routed run journaled past the point where a
+        resumed run went another way: its answers numbered ``from_n`` and after, and the calls
+        those answers led to (the loop's receipts from ``from_seq`` on, the calls they
+        dispatched; their start markers go, the receipt says when the call started). They are not
+        the run's, so they leave its tables and no later resume, replay, fork or ``runs show``
+        takes one of them as its own; but a receipt records an effect that happened, so each is
+        moved, as stored, to the ``went_past`` table (``runs export`` gives them under the
+        manifest's ``went_past``), with a link of its own carrying the record's digest, which
+        ``runs verify`` checks against the moved copy. One transaction."""
         def work() -> None:
-            gone = [n for (n,) in self.db.execute(
-                "SELECT n FROM model_answers WHERE run_id=? AND n>=? ORDER BY n", (run_id, from_n))]
+            answers = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND n>=?"
+                                      " AND record IS NOT NULL ORDER BY n", (run_id, from_n)).fetchall()
             self.db.execute("DELETE FROM model_answers WHERE run_id=? AND n>=?", (run_id, from_n))
             calls = _went_past_calls(self.db, run_id, from_seq)
+            receipts = [(s, self.db.execute("SELECT record FROM receipts WHERE run_id=? AND seq=?",
+                                            (run_id, s)).fetchone()[0]) for s in calls]
             self.db.executemany("DELETE FROM receipts WHERE run_id=? AND seq=?", [(run_id, s) for s in calls])
             self.db.executemany("DELETE FROM starts WHERE run_id=? AND seq=?", [(run_id, s) for s in calls])
-            link(self.db, [(run_id, "model_answer", n, None) for n in gone]
-                 + [(run_id, "receipt", s, None) for s in calls])
+            moved = [("model_answer", n, text) for n, text in answers] + [("receipt", s, text) for s, text in receipts]
+            first = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM went_past WHERE run_id=?",
+                                    (run_id,)).fetchone()[0]
+            self.db.executemany("INSERT INTO went_past (run_id, n, kind, ref, record, at) VALUES (?,?,?,?,?,?)",
+                                [(run_id, first + i, kind, ref, text, at) for i, (kind, ref, text) in enumerate(moved)])
+            link(self.db, [(run_id, WENT_PAST, first + i, text) for i, (_kind, _ref, text) in enumerate(moved)])
 
         self._transaction(work)
+
+    def went_past_of(self, run_id: str) -> list[dict]:
+        """The records set aside by ``move_went_past``, in the order they were moved: ``kind``,
+        ``ref`` (the answer's ``n`` or the receipt's ``seq``), ``at`` (when) and ``record``. A
+        model answer's request journaled as a delta is given back whole where its base is known
+        (the run's answers before it, or those moved with it)."""
+        with self._lock:
+            rows = self.db.execute("SELECT kind, ref, record, at FROM went_past WHERE run_id=? ORDER BY n",
+                                   (run_id,)).fetchall()
+            own = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
+                                  (run_id,)).fetchall()
+        out = [{"kind": kind, "ref": ref, "at": at, "record": _record(kind, ref, text)} for kind, ref, text, at in rows]
+        group: list[dict] = []  # answers moved together: refs that go up
+
+        def whole() -> None:
+            if group:
+                base = [_record("model_answer", n, text) for n, text in own if n < group[0]["ref"]]
+                for moved, rec in zip(group, rebuilt([*base, *(m["record"] for m in group)])[len(base):]):
+                    moved["record"] = rec
+                group.clear()
+
+        for moved in out:
+            if moved["kind"] == "model_answer":
+                if group and moved["ref"] <= group[-1]["ref"]:
+                    whole()
+                group.append(moved)
+        whole()
+        return out
 
     def model_answers_of(self, run_id: str) -> list[dict]:
         with self._lock:
@@ -217,6 +254,12 @@ class Records(Database):
                 for ref, text in self.db.execute(sql, (run_id,)):
                     _record(kind, ref, text)  # one that does not parse is damage, not a mismatch
                     current[(kind, ref)] = text
+            for n, kind, ref, text in self.db.execute(
+                    "SELECT n, kind, ref, record FROM went_past WHERE run_id=?", (run_id,)):
+                if kind not in ("model_answer", "receipt"):
+                    raise StateError(f"{describe(WENT_PAST, n)} is a '{str(kind)[:40]}', not a model answer or receipt")
+                _record(kind, ref, text)
+                current[(WENT_PAST, n)] = text
             for kind, sql in (("approval", "SELECT * FROM approvals WHERE run_id=? AND n IS NOT NULL"),
                               ("control", "SELECT * FROM controls WHERE run_id=? AND linked IS NOT NULL")):
                 cur = self.db.execute(sql, (run_id,))

@@ -163,6 +163,19 @@ MIGRATIONS: list[tuple[str, ...]] = [
             PRIMARY KEY (run_id, n)
         )""",
     ),
+    (  # 11: the model answers and receipts an earlier attempt of a routed run journaled past the
+       # point where a resumed run went another way: not the run's, but kept (a receipt records an
+       # effect that happened), in the order they were moved; each is a link of the run's chain
+        """CREATE TABLE IF NOT EXISTS went_past (
+            run_id TEXT NOT NULL,
+            n INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            ref INTEGER NOT NULL,
+            record TEXT NOT NULL,
+            at REAL NOT NULL,
+            PRIMARY KEY (run_id, n)
+        )""",
+    ),
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
