@@ -43,6 +43,18 @@ TOOLS: dict[str, str] = {
         description: Logs each execution to a file.
         input_schema: {_KEYED}
         output_schema: {{type: object, required: [key]}}""",
+    "log_gated": f"""
+        callable: testapp.tools:log_run
+        description: Logs its key to a file; a person approves every call.
+        effect: write
+        approval: required
+        input_schema: {_KEYED}
+        output_schema: {{}}""",
+    "flaky": """
+        callable: testapp.tools:log_fail_once
+        description: Fails the first time.
+        input_schema: {type: object}
+        output_schema: {}""",
     "whoami": """
         callable: testapp.tools:whoami
         description: The process it runs in.

@@ -13,32 +13,14 @@ import sqlite3
 
 import pytest
 
-from conftest import APP, jsonl, write
+from conftest import jsonl, write
+from regkit import registry_yaml
 
 TOKEN = "serve-token-LANES-4d7a21"
 
 
 def setup(tmp_path) -> tuple:
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns the arguments it got.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              log_gated:
-                callable: testapp.tools:log_run
-                description: Logs its key to a file; a person approves every call.
-                effect: write
-                approval: required
-                input_schema: {{type: object, required: [log, key], properties: {{log: {{type: string}}, key: {{type: string}}}}}}
-                output_schema: {{}}
-    """)
+    write(tmp_path / "reg.yml", registry_yaml("echo", "log_gated"))
     plan = write(tmp_path / "plan.yml", json.dumps({
         "version": 1, "registry": "reg.yml", "subagent": "t", "mode": "parallel", "max_concurrency": 1,
         "lanes": []}))

@@ -11,32 +11,14 @@ import json
 import sqlite3
 from pathlib import Path
 
-from conftest import APP, jsonl, write
+from conftest import jsonl, write
+from regkit import registry_yaml
 
 TOKEN = "serve-token-PLAN-9c1e47"
 
 
 def setup(tmp_path) -> Path:
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns the arguments it got.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              log_gated:
-                callable: testapp.tools:log_run
-                description: Logs its key to a file; a person approves every call.
-                effect: write
-                approval: required
-                input_schema: {{type: object, required: [log, key], properties: {{log: {{type: string}}, key: {{type: string}}}}}}
-                output_schema: {{}}
-    """)
+    write(tmp_path / "reg.yml", registry_yaml("echo", "log_gated"))
     return write(tmp_path / "plan.yml", json.dumps({
         "version": 1, "registry": "reg.yml", "subagent": "t", "mode": "sequential",
         "calls": [{"tool": "echo", "args": {"note": f"use {TOKEN} here", "n": 1}},

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from conftest import APP, jsonl, write
+from conftest import jsonl, write
+from regkit import registry_yaml
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.providers.scripted import ScriptedProvider
 from toolloop_cli.store import Store
@@ -34,24 +35,7 @@ class Sink:
 
 
 def plan_file(tmp_path) -> str:
-    write(tmp_path / "reg.yml", f"""
-        version: 1
-        app_root: {APP}
-        subagents:
-          t:
-            runner_defaults: {{tool_timeout_s: 10}}
-            tools:
-              echo:
-                callable: testapp.tools:echo
-                description: Returns the arguments it got.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-              flaky:
-                callable: testapp.tools:log_fail_once
-                description: Fails the first time.
-                input_schema: {{type: object}}
-                output_schema: {{}}
-    """)
+    write(tmp_path / "reg.yml", registry_yaml("echo", "flaky"))
     # a result that repeats an earlier one pauses the run (no_progress): the first attempt's turn 1
     # fails, so its turn 2 is the first ok; the resumed run's turn 1 (run again) is ok too, so its
     # turn 2 repeats it
