@@ -25,6 +25,11 @@ TOOLS: dict[str, str] = {
         description: Always raises.
         input_schema: {type: object}
         output_schema: {}""",
+    "boom_async": """
+        callable: testapp.tools:boom_async
+        description: Always raises, on the event loop.
+        input_schema: {type: object}
+        output_schema: {}""",
     "write_file": f"""
         callable: testapp.tools:marker
         description: Writes a file; a person approves every call.
@@ -54,6 +59,11 @@ TOOLS: dict[str, str] = {
         callable: testapp.tools:log_fail_once
         description: Fails the first time.
         input_schema: {type: object}
+        output_schema: {}""",
+    "log_gate": """
+        callable: testapp.tools:log_gate
+        description: Logs its key, then waits until the file gate exists.
+        input_schema: {type: object, required: [log, key, gate], properties: {log: {type: string}, key: {type: string}, gate: {type: string}}}
         output_schema: {}""",
     "whoami": """
         callable: testapp.tools:whoami
