@@ -208,3 +208,11 @@ def test_counts_in_messages_are_plural_only_when_they_are_not_one():
 
     assert [counted(n, "error") for n in (0, 1, 2)] == ["0 errors", "1 error", "2 errors"]
     assert counted(1, "MCP schema") == "1 MCP schema" and counted(3, "child", "children") == "3 children"
+
+
+def test_validate_counts_what_it_checked_as_a_sentence_lists_it():
+    from toolloop_cli.cli.lint_cmds import count_line
+
+    assert count_line(3, 6, [], 3, suites=1) == "checked 3 registries, 6 plans and 1 suite: no problems (3 ignored)"
+    assert count_line(1, 1, [], 0) == "checked 1 registry and 1 plan: no problems"
+    assert count_line(0, 0, [], 0) == "checked nothing: no problems"

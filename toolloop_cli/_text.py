@@ -62,6 +62,11 @@ def counted(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
+def joined(parts: list[str]) -> str:
+    """Parts as a sentence lists them: "a", "a and b", "a, b and c"."""
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else ""
+
+
 def error_text(exc: BaseException) -> str:
     """``Type: message`` of an exception raised by someone else's code, clipped; never fails,
     whatever the exception's ``__str__`` does."""

@@ -102,17 +102,16 @@ def count_line(registries: int, plans: int, problems: list, dropped: int, partly
     """``checked 1 registry and 2 plans: 1 error, 2 warnings (3 ignored)``; plans that could not be
     checked fully are counted as such (``2 plans (1 of them in part only)``)."""
 
-    def n(count: int, word: str) -> str:
-        return f"{count} {word}{'' if count == 1 else 's'}"
+    from .._text import counted, joined
 
-    shown_plans = n(plans, "plan") + ("" if not partly else " in part only" if partly == plans
-                                      else f" ({partly} of them in part only)")
-    checked = " and ".join(n(c, w) if w != "plan" else shown_plans
-                           for c, w in ((registries, "registry"), (plans, "plan"), (suites, "suite")) if c) or "nothing"
-    checked = checked.replace("registrys", "registries")
+    shown_plans = counted(plans, "plan") + ("" if not partly else " in part only" if partly == plans
+                                            else f" ({partly} of them in part only)")
+    checked = joined([shown_plans if w == "plan" else counted(c, w, plural)
+                      for c, w, plural in ((registries, "registry", "registries"), (plans, "plan", None),
+                                           (suites, "suite", None)) if c]) or "nothing"
     errors = sum(p.level == "error" for p in problems)
     warnings = len(problems) - errors
-    found = ", ".join(n(c, w) for c, w in ((errors, "error"), (warnings, "warning")) if c) or "no problems"
+    found = ", ".join(counted(c, w) for c, w in ((errors, "error"), (warnings, "warning")) if c) or "no problems"
     return f"checked {checked}: {found}" + (f" ({dropped} ignored)" if dropped else "")
 
 
