@@ -7,6 +7,7 @@ from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
 from .._canonical import sha256_of
+from .._json import dumps
 from .._paths import look_at
 from .._text import clip, quoted
 from . import schemas
@@ -281,22 +282,52 @@ def _compile_schemas(t: ToolDecl, at: tuple, col: Collector, write_only: dict[st
         validators[key] = None
         if schema is None:
             continue
-        ok = True
-        for spath, message, hint in schemas.meta_errors(schema):
-            col.add("TL320", f"{key} is not a valid JSON Schema: {message}", at + (key,) + spath,
-                    hint or "see https://json-schema.org/draft/2020-12 for the keyword's form")
-            ok = False
-        for spath, code, message in schemas.check_refs(schema):
-            col.add(code, message, at + (key,) + spath, "use a local reference such as '#/$defs/name'")
-            ok = False
-        if not ok:
-            continue
-        try:
-            validators[key] = schemas.compile_validator(schema, mask=bool(t.redact) or bool(write_only[key]))
-        except Exception as exc:  # noqa: BLE001 - the validator library's own errors
-            col.add("TL320", f"{key} does not compile: {clip((str(exc).splitlines() or [type(exc).__name__])[0])}",
-                    at + (key,), "fix the keyword the message names")
+        found, validator, refused = _schema_outcome(schema, bool(t.redact) or bool(write_only[key]))
+        for spath, code, message, hint in found:
+            if code == "TL320":
+                col.add(code, f"{key} is not a valid JSON Schema: {message}", at + (key,) + spath,
+                        hint or "see https://json-schema.org/draft/2020-12 for the keyword's form")
+            else:
+                col.add(code, message, at + (key,) + spath, "use a local reference such as '#/$defs/name'")
+        if refused is not None:
+            col.add("TL320", f"{key} does not compile: {refused}", at + (key,), "fix the keyword the message names")
+        validators[key] = validator
     return validators
+
+
+#: what checking and compiling a schema gave, by the schema's JSON text (keys in their written
+#: order) and whether the validator masks values: the tools of a registry often share a schema
+#: (``{type: object}``, one output shape), and a compiled validator is immutable, so each
+#: distinct schema is meta-validated, reference-checked and compiled once. Bounded: cleared
+#: when full, so a long-lived process reloading registries does not keep every schema it saw.
+_OUTCOMES: dict[tuple[bytes, bool], tuple[tuple[tuple[Any, str, str, str], ...], Any, str | None]] = {}
+_OUTCOMES_MAX = 1024
+
+
+def _schema_outcome(schema: Any, mask: bool) -> tuple[tuple[tuple[Any, str, str, str], ...], Any, str | None]:
+    """(the schema's findings as (path in it, code, message, hint), its validator or None, why it
+    does not compile or None)."""
+    try:
+        # the exact JSON text: 1, 1.0 and true differ (a message quotes the value as written)
+        memo: tuple[bytes, bool] | None = (dumps(schema), mask)
+    except Exception:  # noqa: BLE001 - not JSON text: checked afresh (the checks say what is wrong)
+        memo = None
+    if memo is not None and (hit := _OUTCOMES.get(memo)) is not None:
+        return hit
+    found = tuple((spath, "TL320", message, hint) for spath, message, hint in schemas.meta_errors(schema))
+    found += tuple((spath, code, message, "") for spath, code, message in schemas.check_refs(schema))
+    validator, refused = None, None
+    if not found:
+        try:
+            validator = schemas.compile_validator(schema, mask=mask)
+        except Exception as exc:  # noqa: BLE001 - the validator library's own errors
+            refused = clip((str(exc).splitlines() or [type(exc).__name__])[0])
+    outcome = (found, validator, refused)
+    if memo is not None:
+        if len(_OUTCOMES) >= _OUTCOMES_MAX:
+            _OUTCOMES.clear()
+        _OUTCOMES[memo] = outcome
+    return outcome
 
 
 def _check_redaction(t: ToolDecl, at: tuple, col: Collector, props: dict[str, list[tuple[str, str, dict, tuple]]],

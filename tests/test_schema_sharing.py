@@ -1,0 +1,79 @@
+"""Tools of one registry that declare the same schema share one check and one compiled
+validator, and every finding is still reported at each tool's own place."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from toolloop_cli.contract import tools
+from toolloop_cli.contract.registry import load_registry
+
+PKG = "pkg_share"
+
+
+@pytest.fixture(autouse=True)
+def _app(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"{PKG}.py").write_text("def a(text):\n    return {}\n\ndef b(text):\n    return {}\n")
+    yield
+    import sys
+
+    sys.modules.pop(PKG, None)
+
+
+def _registry(tmp_path, tools_text: str) -> tuple:
+    text = (f"version: 1\napp_root: {tmp_path}\nsubagents:\n  main:\n    runner_defaults: {{tool_timeout_s: 5}}\n"
+            "    tools:\n" + textwrap.indent(textwrap.dedent(tools_text).lstrip("\n"), "      "))
+    (tmp_path / "reg.yml").write_text(text)
+    return load_registry(tmp_path / "reg.yml")
+
+
+def _tool(tid: str, fn: str, input_schema: str, output_schema: str = "{type: object}", extra: str = "") -> str:
+    return (f"{tid}:\n  callable: {PKG}:{fn}\n  description: d\n  input_schema: {input_schema}\n"
+            f"  output_schema: {output_schema}\n{extra}")
+
+
+def test_equal_schemas_share_one_validator(tmp_path):
+    shared = "{type: object, required: [text], properties: {text: {type: string}}}"
+    contract, problems = _registry(tmp_path, _tool("one", "a", shared) + _tool("two", "b", shared))
+    assert [p for p in problems if p.level == "error"] == []
+    one, two = contract.subagents["main"].tools["one"], contract.subagents["main"].tools["two"]
+    assert one.input_validator is two.input_validator  # compiled once
+    assert one.output_validator is two.output_validator
+    assert one.input_validator.is_valid({"text": "x"}) and not one.input_validator.is_valid({"text": 1})
+
+
+def test_schemas_that_differ_only_in_how_a_value_is_written_are_not_shared(tmp_path):
+    # 1 and 1.0 are equal in Python, so a key built from the values would share them; the text differs
+    contract, _ = _registry(tmp_path, _tool("one", "a", "{type: object, properties: {n: {const: 1}}}")
+                            + _tool("two", "b", "{type: object, properties: {n: {const: 1.0}}}"))
+    one, two = contract.subagents["main"].tools["one"], contract.subagents["main"].tools["two"]
+    assert one.input_validator is not two.input_validator
+
+
+def test_a_masking_validator_is_not_shared_with_a_plain_one(tmp_path):
+    shared = "{type: object, properties: {text: {type: string}}}"
+    contract, _ = _registry(tmp_path, _tool("one", "a", shared) + _tool("two", "b", shared, extra="  redact: [/text]\n"))
+    one, two = contract.subagents["main"].tools["one"], contract.subagents["main"].tools["two"]
+    assert one.input_validator is not two.input_validator
+    assert "[REDACTED]" in str([e.message for e in two.input_validator.iter_errors({"text": 5})])
+    assert "[REDACTED]" not in str([e.message for e in one.input_validator.iter_errors({"text": 5})])
+
+
+def test_a_shared_wrong_schema_is_reported_at_every_tool(tmp_path):
+    wrong = "{type: objekt}"
+    _, problems = _registry(tmp_path, _tool("one", "a", wrong) + _tool("two", "b", wrong))
+    bad = [(p.code, p.line, p.col, p.message) for p in problems if p.code == "TL320"]
+    assert len(bad) == 2
+    assert bad[0][1] != bad[1][1]  # each at its own tool's line
+    assert bad[0][3] == bad[1][3] and bad[0][3].startswith("input_schema is not a valid JSON Schema")
+
+
+def test_the_memo_is_bounded(monkeypatch):
+    monkeypatch.setattr(tools, "_OUTCOMES", {})
+    monkeypatch.setattr(tools, "_OUTCOMES_MAX", 3)
+    for n in range(10):
+        tools._schema_outcome({"type": "object", "maxProperties": n}, False)
+        assert len(tools._OUTCOMES) <= 3
