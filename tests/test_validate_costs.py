@@ -1,8 +1,13 @@
-"""Tools of one registry that declare the same schema share one check and one compiled
-validator, and every finding is still reported at each tool's own place."""
+"""What ``validate`` leaves out of its cost: tools of one registry that declare the same schema
+share one check and one compiled validator (every finding still reported at each tool's own
+place), and the tool's version is read only for the format that shows it (SARIF)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -77,3 +82,25 @@ def test_the_memo_is_bounded(monkeypatch):
     for n in range(10):
         tools._schema_outcome({"type": "object", "maxProperties": n}, False)
         assert len(tools._OUTCOMES) <= 3
+
+
+def _validate(tmp_path, *args: str) -> tuple[int, str, bool]:
+    probe = ("import sys, json\nsys.argv = ['toolloop', *json.loads(sys.argv[1])]\n"
+             "from toolloop_cli.cli.app import main\n"
+             "try:\n    main()\nfinally:\n"
+             "    sys.stderr.write('\\n' + json.dumps('importlib.metadata' in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    return done.returncode, done.stdout, json.loads(done.stderr.splitlines()[-1])
+
+
+def test_the_version_is_read_only_for_sarif(tmp_path):
+    _registry(tmp_path, _tool("one", "a", "{type: object}"))
+    for fmt in ("text", "json", "github"):
+        code, _, imported = _validate(tmp_path, "validate", "reg.yml", "--format", fmt)
+        assert (code, imported) == (0, False), fmt
+    from toolloop_cli.cli.common import version
+
+    code, out, imported = _validate(tmp_path, "validate", "reg.yml", "--format", "sarif")
+    assert (code, imported) == (0, True)
+    assert json.loads(out)["runs"][0]["tool"]["driver"]["version"] == version()
