@@ -78,10 +78,32 @@ def test_a_shared_wrong_schema_is_reported_at_every_tool(tmp_path):
 
 def test_the_memo_is_bounded(monkeypatch):
     monkeypatch.setattr(tools, "_OUTCOMES", {})
+    monkeypatch.setattr(tools, "_PROPERTIES", {})
     monkeypatch.setattr(tools, "_OUTCOMES_MAX", 3)
     for n in range(10):
-        tools._schema_outcome({"type": "object", "maxProperties": n}, False)
-        assert len(tools._OUTCOMES) <= 3
+        schema = {"type": "object", "properties": {f"p{n}": {"type": "string"}}}
+        text = tools._json_text(schema)
+        tools._schema_outcome(schema, text, False)
+        tools._properties(type("T", (), {"input_schema": schema, "output_schema": None})(),
+                          {"input_schema": text, "output_schema": None})
+        assert 0 < len(tools._OUTCOMES) <= 3 and 0 < len(tools._PROPERTIES) <= 3
+
+
+def test_a_shared_schema_redacts_its_write_only_properties_at_every_tool(tmp_path):
+    shared = "{type: object, properties: {text: {type: string}, api_token: {type: string, writeOnly: true}}}"
+    contract, problems = _registry(tmp_path, _tool("one", "a", shared) + _tool("two", "b", shared))
+    assert [p.code for p in problems if p.code == "TL342"] == []  # covered by writeOnly, at both tools
+    for tid in ("one", "two"):
+        tool = contract.subagents["main"].tools[tid]
+        assert tool.redact == ("/api_token",)
+        assert "[REDACTED]" in str([e.message for e in tool.input_validator.iter_errors({"api_token": 5})])
+
+
+def test_a_shared_secret_looking_property_is_warned_about_at_every_tool(tmp_path):
+    shared = "{type: object, properties: {api_token: {type: string}}}"
+    _, problems = _registry(tmp_path, _tool("one", "a", shared) + _tool("two", "b", shared))
+    warned = [(p.line, p.col) for p in problems if p.code == "TL342"]
+    assert len(warned) == 2 and warned[0] != warned[1]
 
 
 def _validate(tmp_path, *args: str) -> tuple[int, str, bool]:
