@@ -17,6 +17,7 @@ from .compiled import NO_RETRY, RetryPolicy, ToolSpec, timeout_of
 from .document import load_document
 from .envelope import compile_envelope
 from .problems import Collector
+from .quick import dumped
 from .sandbox import compile_sandbox
 
 if TYPE_CHECKING:  # a declaration may also be read without the models (quick.py)
@@ -83,7 +84,7 @@ def compile_tool(
         approval_text=_approval_text(t),
         dispatch=tuple(t.dispatch),
         envelope=envelope,
-        contract_sha256=sha256_of(t.model_dump(mode="json", exclude_unset=True)),
+        contract_sha256=sha256_of(dumped(t)),
         mcp=t.mcp,
         runtime=runtime,
         from_server=_from_server(t) | annotated,
@@ -204,7 +205,7 @@ def compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, su
         # "" until admission reads the child plan, unless the registry says
         effect=t.effect if "effect" in t.model_fields_set else "", idempotent=t.idempotent,
         redact=tuple(redact), approval=gate, approval_text=_approval_text(t), dispatch=(), envelope=None,
-        contract_sha256=sha256_of([t.model_dump(mode="json", exclude_unset=True), sha256_of(data)]),
+        contract_sha256=sha256_of([dumped(t), sha256_of(data)]),
         source=(col.smap.file, *col.smap.position(at, at_key=True)), output_trust=output_trust_of(t),
     )
 
