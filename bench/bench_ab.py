@@ -100,8 +100,16 @@ def main() -> None:
             print(f"  {k}: {statistics.median(v):.0f} ms CPU (median of {opts.rounds})")
         if not opts.floor:
             a, b, bare = (statistics.median(cpu[k]) for k in ("A", "B", "bare"))
-            per = statistics.median(y / x for x, y in zip(cpu["A"], cpu["B"]))
+            ratios = [y / x for x, y in zip(cpu["A"], cpu["B"])]
+            per = statistics.median(ratios)
             print(f"  A / bare {a / bare:.2f}x, B / bare {b / bare:.2f}x; B / A per round: median {per:.3f}")
+            # the spread, and each side against the baseline run beside it: the load moves all three
+            # together from round to round, so the per-round ratios shake less than the medians' ratio
+            low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (per, per, per)
+            a_bare = statistics.median(x / z for x, z in zip(cpu["A"], cpu["bare"]))
+            b_bare = statistics.median(y / z for y, z in zip(cpu["B"], cpu["bare"]))
+            print(f"  B / A per round: quartiles {low:.3f} to {high:.3f}; per round against the baseline:"
+                  f" A {a_bare:.2f}x, B {b_bare:.2f}x (medians)")
 
 
 if __name__ == "__main__":

@@ -106,6 +106,7 @@ def _check(rules: quick.Model, model: type[BaseModel], data: Any, where: str) ->
         pytest.fail(f"{where}: the plain rules accepted what the model refuses: {exc}")
     _same(plain, decl, where)
     assert plain.model_dump(mode="json", exclude_unset=True) == decl.model_dump(mode="json", exclude_unset=True), where
+    assert quick.dumped(plain) == quick.dumped(decl) == decl.model_dump(mode="json", exclude_unset=True), where
     return True
 
 

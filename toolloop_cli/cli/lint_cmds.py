@@ -54,7 +54,10 @@ def validate(
                      f" checked against {'their servers' if len(tools) != 1 else 'its server'}: validate a plan"
                      f" that uses {'them' if len(tools) != 1 else 'it'}, or run toolloop tools {shown},"
                      " to reach the servers")
-    sys.stdout.write(render(problems, format.value, version(), notes=notes))
+    # only SARIF names the tool's version: reading it imports importlib.metadata and searches the
+    # installed distributions, a cost of every validate otherwise
+    shown_version = version() if format is LintFormat.sarif else ""
+    sys.stdout.write(render(problems, format.value, shown_version, notes=notes))
     from .._text import escape
 
     for note in notes:  # on standard error in every format, so a CI log shows them too

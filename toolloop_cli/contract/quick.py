@@ -307,6 +307,14 @@ PLAN = Model({
 }, model_only=tuple(sorted(set().union(*MODE_KEYS.values()) - {"calls", "lanes", "max_concurrency"})) + ("notify",))
 
 
+def dumped(decl: Any) -> Any:
+    """What ``decl.model_dump(mode="json", exclude_unset=True)`` gives, to be read only (a hash is
+    taken of it): a declaration these rules read gives its data as it is, without the copy."""
+    if isinstance(decl, Decl):
+        return decl._set
+    return decl.model_dump(mode="json", exclude_unset=True)
+
+
 def read(model: Model, data: Any) -> Decl | None:
     """``data`` read by ``model``'s rules, or None where the declaration model must decide."""
     try:

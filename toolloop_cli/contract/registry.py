@@ -16,7 +16,7 @@ from .callables import resolve
 from .compiled import Contract, SubagentSpec, ToolSpec
 from .document import LoadedDoc, display_path, load_document
 from .problems import Collector, Problem, did_you_mean, json_path, not_a
-from .quick import REGISTRY, read
+from .quick import REGISTRY, dumped, read
 from .salvage import Partial, drop_consequences, salvage
 from .source import LoadIssue
 from .tools import compile_plan_tool, compile_tool
@@ -144,7 +144,7 @@ def _compile(
         file=str(path),
         app_root=root,
         subagents=subagents,
-        contract_sha256=sha256_of(decl.model_dump(mode="json", exclude_unset=True)),
+        contract_sha256=sha256_of(dumped(decl)),
         evidence=evidence,
         decl=decl,
     )

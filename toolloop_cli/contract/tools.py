@@ -7,6 +7,7 @@ from pathlib import Path as FsPath
 from typing import TYPE_CHECKING, Any
 
 from .._canonical import sha256_of
+from .._json import dumps
 from .._paths import look_at
 from .._text import clip, quoted
 from . import schemas
@@ -16,6 +17,7 @@ from .compiled import NO_RETRY, RetryPolicy, ToolSpec, timeout_of
 from .document import load_document
 from .envelope import compile_envelope
 from .problems import Collector
+from .quick import dumped
 from .sandbox import compile_sandbox
 
 if TYPE_CHECKING:  # a declaration may also be read without the models (quick.py)
@@ -47,8 +49,9 @@ def compile_tool(
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous, runtime = _runtime_of(t, fn, at, col)
     sandbox = compile_sandbox(tid, t, at, root, col, "callable" if t.mcp is None else "mcp", asynchronous)
-    props, write_only = _properties(t)
-    validators = _compile_schemas(t, at, col, write_only)
+    texts = {key: _json_text(getattr(t, key)) for key in _SCHEMA_KEYS}
+    props, write_only = _properties(t, texts)
+    validators = _compile_schemas(t, at, col, write_only, texts)
     envelope = _envelope_of(t, at, col)
     redact = _check_redaction(t, at, col, props, write_only)
     writes_once = _check_retry(tid, t, at, col)
@@ -81,7 +84,7 @@ def compile_tool(
         approval_text=_approval_text(t),
         dispatch=tuple(t.dispatch),
         envelope=envelope,
-        contract_sha256=sha256_of(t.model_dump(mode="json", exclude_unset=True)),
+        contract_sha256=sha256_of(dumped(t)),
         mcp=t.mcp,
         runtime=runtime,
         from_server=_from_server(t) | annotated,
@@ -202,7 +205,7 @@ def compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, su
         # "" until admission reads the child plan, unless the registry says
         effect=t.effect if "effect" in t.model_fields_set else "", idempotent=t.idempotent,
         redact=tuple(redact), approval=gate, approval_text=_approval_text(t), dispatch=(), envelope=None,
-        contract_sha256=sha256_of([t.model_dump(mode="json", exclude_unset=True), sha256_of(data)]),
+        contract_sha256=sha256_of([dumped(t), sha256_of(data)]),
         source=(col.smap.file, *col.smap.position(at, at_key=True)), output_trust=output_trust_of(t),
     )
 
@@ -264,42 +267,100 @@ def _runtime_of(t: ToolDecl, fn: Any, at: tuple, col: Collector) -> tuple[bool, 
 _SCHEMA_KEYS = ("input_schema", "output_schema")
 
 
-def _properties(t: ToolDecl) -> tuple[dict[str, list[tuple[str, str, dict, tuple]]], dict[str, list[str]]]:
+def _json_text(schema: Any) -> bytes | None:
+    """The schema's exact JSON text (keys in their written order; 1, 1.0 and true differ, as a
+    message quotes a value as written), by which what is found of a schema is kept for the next
+    tool that declares the same one; None for no schema, or one that is not JSON text."""
+    if schema is None:
+        return None
+    try:
+        return dumps(schema)
+    except Exception:  # noqa: BLE001 - not JSON text: checked afresh (the checks say what is wrong)
+        return None
+
+
+#: each schema's properties, by its JSON text (``_json_text``); bounded as ``_OUTCOMES``
+_PROPERTIES: dict[bytes, tuple[tuple[str, str, dict, tuple], ...]] = {}
+
+
+def _properties(t: ToolDecl, texts: dict[str, bytes | None]
+                ) -> tuple[dict[str, tuple[tuple[str, str, dict, tuple], ...]], dict[str, list[str]]]:
     """Each schema's properties (``schemas.iter_properties_at``) and its ``writeOnly`` pointers,
-    from one walk of it: the validators' masking and the redaction checks both read them."""
-    props = {key: list(schemas.iter_properties_at(getattr(t, key))) for key in _SCHEMA_KEYS}
+    from one walk of it: the validators' masking and the redaction checks both read them.
+    ``texts``: each schema's JSON text (``_json_text``)."""
+    props: dict[str, tuple[tuple[str, str, dict, tuple], ...]] = {}
+    for key in _SCHEMA_KEYS:
+        text = texts[key]
+        found = _PROPERTIES.get(text) if text is not None else None
+        if found is None:
+            found = tuple(schemas.iter_properties_at(getattr(t, key)))
+            if text is not None:
+                if len(_PROPERTIES) >= _OUTCOMES_MAX:
+                    _PROPERTIES.clear()
+                _PROPERTIES[text] = found
+        props[key] = found
     write_only = {key: [ptr for _, ptr, sub, _ in found if sub.get("writeOnly") is True] for key, found in props.items()}
     return props, write_only
 
 
-def _compile_schemas(t: ToolDecl, at: tuple, col: Collector, write_only: dict[str, list[str]]) -> dict[str, Any]:
+def _compile_schemas(t: ToolDecl, at: tuple, col: Collector, write_only: dict[str, list[str]],
+                     texts: dict[str, bytes | None]) -> dict[str, Any]:
     """The input and output schemas meta-validated and compiled (None where absent or wrong);
-    ``write_only``: each schema's ``writeOnly`` pointers (a validator masks values when any)."""
+    ``write_only``: each schema's ``writeOnly`` pointers (a validator masks values when any);
+    ``texts``: each schema's JSON text (``_json_text``)."""
     validators: dict[str, Any] = {}
     for key in _SCHEMA_KEYS:
         schema = getattr(t, key)
         validators[key] = None
         if schema is None:
             continue
-        ok = True
-        for spath, message, hint in schemas.meta_errors(schema):
-            col.add("TL320", f"{key} is not a valid JSON Schema: {message}", at + (key,) + spath,
-                    hint or "see https://json-schema.org/draft/2020-12 for the keyword's form")
-            ok = False
-        for spath, code, message in schemas.check_refs(schema):
-            col.add(code, message, at + (key,) + spath, "use a local reference such as '#/$defs/name'")
-            ok = False
-        if not ok:
-            continue
-        try:
-            validators[key] = schemas.compile_validator(schema, mask=bool(t.redact) or bool(write_only[key]))
-        except Exception as exc:  # noqa: BLE001 - the validator library's own errors
-            col.add("TL320", f"{key} does not compile: {clip((str(exc).splitlines() or [type(exc).__name__])[0])}",
-                    at + (key,), "fix the keyword the message names")
+        found, validator, refused = _schema_outcome(schema, texts[key], bool(t.redact) or bool(write_only[key]))
+        for spath, code, message, hint in found:
+            if code == "TL320":
+                col.add(code, f"{key} is not a valid JSON Schema: {message}", at + (key,) + spath,
+                        hint or "see https://json-schema.org/draft/2020-12 for the keyword's form")
+            else:
+                col.add(code, message, at + (key,) + spath, "use a local reference such as '#/$defs/name'")
+        if refused is not None:
+            col.add("TL320", f"{key} does not compile: {refused}", at + (key,), "fix the keyword the message names")
+        validators[key] = validator
     return validators
 
 
-def _check_redaction(t: ToolDecl, at: tuple, col: Collector, props: dict[str, list[tuple[str, str, dict, tuple]]],
+#: what checking and compiling a schema gave, by the schema's JSON text (``_json_text``) and
+#: whether the validator masks values: the tools of a registry often share a schema
+#: (``{type: object}``, one output shape), and a compiled validator is immutable, so each
+#: distinct schema is meta-validated, reference-checked and compiled once. Bounded: cleared
+#: when full, so a long-lived process reloading registries does not keep every schema it saw.
+_OUTCOMES: dict[tuple[bytes, bool], tuple[tuple[tuple[Any, str, str, str], ...], Any, str | None]] = {}
+_OUTCOMES_MAX = 1024
+
+
+def _schema_outcome(schema: Any, text: bytes | None,
+                    mask: bool) -> tuple[tuple[tuple[Any, str, str, str], ...], Any, str | None]:
+    """(the schema's findings as (path in it, code, message, hint), its validator or None, why it
+    does not compile or None); ``text``: its JSON text (``_json_text``)."""
+    memo = (text, mask) if text is not None else None
+    if memo is not None and (hit := _OUTCOMES.get(memo)) is not None:
+        return hit
+    found = tuple((spath, "TL320", message, hint) for spath, message, hint in schemas.meta_errors(schema))
+    found += tuple((spath, code, message, "") for spath, code, message in schemas.check_refs(schema))
+    validator, refused = None, None
+    if not found:
+        try:
+            validator = schemas.compile_validator(schema, mask=mask)
+        except Exception as exc:  # noqa: BLE001 - the validator library's own errors
+            refused = clip((str(exc).splitlines() or [type(exc).__name__])[0])
+    outcome = (found, validator, refused)
+    if memo is not None:
+        if len(_OUTCOMES) >= _OUTCOMES_MAX:
+            _OUTCOMES.clear()
+        _OUTCOMES[memo] = outcome
+    return outcome
+
+
+def _check_redaction(t: ToolDecl, at: tuple, col: Collector,
+                     props: dict[str, tuple[tuple[str, str, dict, tuple], ...]],
                      write_only: dict[str, list[str]]) -> list[str]:
     """The tool's redaction pointers (``redact`` and ``writeOnly`` properties), checked; ``props``:
     each schema's properties (``schemas.iter_properties_at``), ``write_only`` its ``writeOnly`` pointers."""
