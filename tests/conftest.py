@@ -54,3 +54,11 @@ def model_server():
     server = ModelServer().start()
     yield server
     server.stop()
+
+
+def state_bytes(folder) -> bytes:
+    """Every byte of every file under ``folder`` (a state folder: state.db, its WAL, exports), in
+    name order: what a leak test greps for a secret."""
+    from pathlib import Path
+
+    return b"".join(p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file())

@@ -13,7 +13,7 @@ import sqlite3
 
 import pytest
 
-from conftest import jsonl, write
+from conftest import jsonl, state_bytes, write
 from regkit import registry_yaml
 
 TOKEN = "serve-token-LANES-4d7a21"
@@ -35,11 +35,7 @@ def setup(tmp_path) -> tuple:
 
 
 def written(tmp_path) -> bytes:
-    out = b""
-    for path in sorted((tmp_path / ".toolloop").rglob("*")):
-        if path.is_file():
-            out += path.read_bytes()
-    return out
+    return state_bytes(tmp_path / ".toolloop")
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["spooled", "streamed"])

@@ -11,7 +11,7 @@ import json
 import sqlite3
 from pathlib import Path
 
-from conftest import jsonl, write
+from conftest import jsonl, state_bytes, write
 from regkit import registry_yaml
 
 TOKEN = "serve-token-PLAN-9c1e47"
@@ -26,11 +26,7 @@ def setup(tmp_path) -> Path:
 
 
 def written(tmp_path) -> bytes:
-    out = b""
-    for path in sorted((tmp_path / ".toolloop").rglob("*")):
-        if path.is_file():
-            out += path.read_bytes()
-    return out
+    return state_bytes(tmp_path / ".toolloop")
 
 
 def test_a_run_secret_written_in_a_plans_arguments_is_never_journaled_and_a_resume_still_gives_it(tmp_path, cli):
