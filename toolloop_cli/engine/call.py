@@ -358,14 +358,14 @@ class GovernedCall:
         value = ran.outcome.value if ran.outcome.status == "ok" else None
         scrubber = _scrubber(ctx, tool, args, value, self.frame)
         _store(ctx, tool, ran, value, scrubber)
-        shown = _shown(ctx, tool, args, value, ran, scrubber)
+        shown_args, result, error, envelope = _shown(ctx, tool, args, value, ran, scrubber)
         receipt = Receipt(
             run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
             subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
             item_key=where.item_key, call_key=where.call_key, parent_receipt_id=where.parent_receipt_id,
             iteration=where.iteration, receipt_id=self.receipt_id, status=ran.outcome.status,
             abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=self.args_sha,
-            args=shown[0], result=shown[1], error=shown[2], envelope=shown[3], started_at=rfc3339(self.started),
+            args=shown_args, result=result, error=error, envelope=envelope, started_at=rfc3339(self.started),
             finished_at=rfc3339(time.time()), duration_ms=round((time.perf_counter() - self.t0) * 1000, 3),
             approval=where.approval, isolation=isolation_of(tool),
             child_run_id=ran.outcome.child_run_id or _cut_short_child_id(ctx, tool, ran, where.seq),
