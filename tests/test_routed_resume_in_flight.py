@@ -62,5 +62,18 @@ def test_a_write_in_flight_counts_toward_max_calls_when_the_routed_run_resumes(t
     receipts = [(r["tool"], r["status"]) for r in records if r["type"] == "receipt"]
     assert receipts == [("log_gate", "interrupted")], records
     assert read_log(tmp_path / "log") == ["w"]  # the second write never started: the cap was reached
-    rejected = [r for r in records if r["type"] == "decision" and r.get("rejected")]
-    assert rejected and "max_calls" in json.dumps(rejected[0]), records
+    decisions = [(r["reason"], r["rejected"]) for r in records if r["type"] == "decision"]
+    assert decisions == [("w", None), ("again", "over_budget"), ("enough", None)], records
+    # what the model was told: the tool's cap, not the run's tool-call budget (1 of 6 used)
+    assert "has made its max_calls (1)" in json.dumps(model_server.requests[-2].json["messages"])
+    assert done.returncode == 0 and records[-1]["status"] == "ok", done.stderr.decode()
+
+    # a fork from turn 2 takes the interrupted write as recorded: it counts there too, so the
+    # fork's live proposal of the tool is rejected even with --execute-writes
+    model_server.script(write_call(tmp_path, "forked"), FINAL, '{"answer": 2}')
+    fork = cli("replay", run_id, "--from", "2", "--execute-writes", "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    assert fork.returncode == 0, fork.stderr.decode()
+    forked = jsonl(fork.stdout)
+    assert [(r["tool"], r["status"]) for r in forked if r["type"] == "receipt"] == [("log_gate", "interrupted")]
+    assert [r["rejected"] for r in forked if r["type"] == "decision"] == [None, "over_budget", None], forked
+    assert read_log(tmp_path / "log") == ["w"]
