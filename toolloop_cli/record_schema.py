@@ -293,10 +293,11 @@ class ExportCounts(_Record):
 
 class WentPast(_Record):
     """A model answer or receipt an earlier attempt of a resumed routed run journaled past the
-    point where the run went another way: not the run's, kept as it was journaled."""
+    point where the run went another way: not the run's, kept as it was journaled; or (``start``)
+    a call of that path that started and never got a receipt: ``{type, run_id, seq, started_at}``."""
 
-    kind: Literal["model_answer", "receipt"]
-    ref: int  # the answer's n or the receipt's seq
+    kind: Literal["model_answer", "receipt", "start"]
+    ref: int  # the answer's n, or the call's seq
     at: str = RFC3339  # when it was set aside
     record: dict[str, Any]
 
