@@ -96,6 +96,36 @@ def _went_past_calls(db: Connection, run_id: str, from_seq: int) -> list[int]:
     return sorted(gone.values())
 
 
+def _moves(moved: list[dict]) -> list[list[dict]]:
+    """The model answers of went-past rows, by the move that set them aside: one move's rows share
+    its time, and its answers' numbers go up."""
+    out: list[list[dict]] = []
+    for m in moved:
+        if m["kind"] != "model_answer":
+            continue
+        last = out[-1][-1] if out else None
+        if last is None or m["at"] != last["at"] or m["ref"] <= last["ref"]:
+            out.append([])
+        out[-1].append(m)
+    return out
+
+
+def _rebuild_moves(moved: list[dict], own: list[dict]) -> None:
+    """Give each went-past answer its request whole (in place). A delta names an earlier answer
+    of the run as it was when the delta was journaled, which a later move may have set aside in
+    turn: so a move's answers are rebuilt on the run's answers of that time, which for each
+    number is the copy set aside by the first later move that took that number, or else the
+    run's own answer now (``own``, rebuilt). Moves are taken last first, each one's rebuilt
+    answers then standing for their numbers for the moves before it."""
+    current = {a["n"]: a for a in own}
+    for move in reversed(_moves(moved)):
+        first = move[0]["ref"]
+        base = [current[n] for n in sorted(current) if n < first]
+        for m, rec in zip(move, rebuilt([*base, *(m["record"] for m in move)])[len(base):]):
+            m["record"] = rec
+            current[m["ref"]] = rec
+
+
 @naming_the_run
 class Records(Database):
     """Receipts, other output records, model answers and the hash chain."""
@@ -214,30 +244,16 @@ class Records(Database):
     def went_past_of(self, run_id: str) -> list[dict]:
         """The records set aside by ``move_went_past``, in the order they were moved: ``kind``,
         ``ref`` (the answer's ``n``, or the ``seq`` of the receipt or of the start marker of a call that
-        never got one), ``at`` (when) and ``record``. A
-        model answer's request journaled as a delta is given back whole where its base is known
-        (the run's answers before it, or those moved with it)."""
+        never got one), ``at`` (when) and ``record``. A model answer's request journaled as a delta
+        is given back whole where its base is known: each move's answers are rebuilt on the
+        answers that were the run's when that move was made (``_rebuild_moves``)."""
         with self._lock:
             rows = self.db.execute("SELECT kind, ref, record, at FROM went_past WHERE run_id=? ORDER BY n",
                                    (run_id,)).fetchall()
             own = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
                                   (run_id,)).fetchall()
         out = [{"kind": kind, "ref": ref, "at": at, "record": _record(kind, ref, text)} for kind, ref, text, at in rows]
-        group: list[dict] = []  # answers moved together: refs that go up
-
-        def whole() -> None:
-            if group:
-                base = [_record("model_answer", n, text) for n, text in own if n < group[0]["ref"]]
-                for moved, rec in zip(group, rebuilt([*base, *(m["record"] for m in group)])[len(base):]):
-                    moved["record"] = rec
-                group.clear()
-
-        for moved in out:
-            if moved["kind"] == "model_answer":
-                if group and moved["ref"] <= group[-1]["ref"]:
-                    whole()
-                group.append(moved)
-        whole()
+        _rebuild_moves(out, rebuilt(_record("model_answer", n, text) for n, text in own))
         return out
 
     def model_answers_of(self, run_id: str) -> list[dict]:
