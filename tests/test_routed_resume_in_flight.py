@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 from conftest import jsonl, write
-from modelserver import Reply
 from regkit import openai_profile, registry_yaml
 from test_resume import wait_for
 from test_store import read_log
