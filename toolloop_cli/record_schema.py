@@ -302,6 +302,17 @@ class WentPast(_Record):
     record: dict[str, Any]
 
 
+class McpOffer(_Record):
+    """What an MCP tool's server offered for it when the run was admitted (its values from
+    toolloop's environment hidden): a recorded test case is admitted from it, with no server."""
+
+    name: str
+    description: Optional[str] = None
+    input_schema: dict[str, Any]
+    output_schema: Optional[dict[str, Any]] = None
+    annotations: Optional[dict[str, Any]] = None  # by their protocol names (readOnlyHint, ...)
+
+
 class ManifestRecord(_Record):
     """The first record of ``runs export``: what the file holds and what it cannot reproduce."""
 
@@ -313,6 +324,7 @@ class ManifestRecord(_Record):
     counts: ExportCounts
     not_captured: NotCaptured
     went_past: Optional[list[WentPast]] = None  # only when the run went past any
+    mcp_tools: Optional[dict[str, McpOffer]] = None  # "subagent/tool": only when the run has MCP tools
 
 
 class OutputRecord(BaseModel):

@@ -287,6 +287,12 @@ def export_records(store: Store, run: dict) -> list[dict]:
     went_past = [{**m, "at": rfc3339(m["at"])} for m in store.went_past_of(run["run_id"])]
     if went_past:
         manifest["went_past"] = went_past
+    # what each MCP tool's server offered when the run was admitted: a recorded test case is
+    # admitted from it, with no server
+    offered = {name: t["offered"] for name, t in ((store.contract_of(run["run_id"]) or {}).get("mcp_tools") or {}).items()
+               if isinstance(t, dict) and isinstance(t.get("offered"), dict)}
+    if offered:
+        manifest["mcp_tools"] = offered
     return [manifest, *body]
 
 
