@@ -310,7 +310,7 @@ class McpOffer(_Record):
     description: Optional[str] = None
     input_schema: dict[str, Any]
     output_schema: Optional[dict[str, Any]] = None
-    annotations: Optional[dict[str, Any]] = None  # by their protocol names (readOnlyHint, ...)
+    annotations: Optional[dict[str, Any]] = None  # the hints, by their protocol names (readOnlyHint, ...)
 
 
 class ManifestRecord(_Record):

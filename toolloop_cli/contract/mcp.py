@@ -436,15 +436,16 @@ def _with_offered(sub: SubagentSpec, t: ToolSpec, offered: dict[str, Any], locke
     return (replace(fixed, offered=offer) if fixed is not None else None), problems
 
 
-#: a tool's MCP annotations as the protocol names them, and as the SDK's Tool has them
-_HINTS = {"title": "title", "readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint",
+#: a tool's MCP annotations as the protocol names them, and as the SDK's Tool has them (the hints
+#: only: a title is free text that no admission reads, so none is kept)
+_HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint",
           "idempotentHint": "idempotent_hint", "openWorldHint": "open_world_hint"}
 
 
 def offer_record(offered: Any) -> dict[str, Any]:
     """What a server offered for one tool (its values from toolloop's environment hidden, as
     listed), as JSON: ``name``, ``description``, ``input_schema``, ``output_schema``,
-    ``annotations`` (by their protocol names; null when there are none)."""
+    ``annotations`` (their hints, by their protocol names; null when there are none)."""
     notes = getattr(offered, "annotations", None)
     hints = None
     if notes is not None:
