@@ -81,6 +81,17 @@ def test_a_recorded_case_over_mcp_tools_with_server_schemas_starts_no_server(tmp
     assert starts(tmp_path) == before  # admitted from the fixture: the server never started
     assert len(model_server.requests) == asked
 
+    # a toolloop.lock still checks what the fixture says the server offered
+    assert cli("lock", str(tmp_path / "reg.yml")).returncode == 0
+    assert cli("test", str(tmp_path / "suite.yml")).returncode == 0
+    changed = json.loads(exported.stdout.decode().splitlines()[0])
+    changed["mcp_tools"]["t/srv"]["input_schema"]["required"] = []
+    write(tmp_path / "fixture.jsonl", "\n".join([json.dumps(changed), *exported.stdout.decode().splitlines()[1:]]))
+    locked = cli("test", str(tmp_path / "suite.yml"))
+    assert locked.returncode != 0 and b"TL372" in locked.stdout + locked.stderr, locked
+    write(tmp_path / "fixture.jsonl", exported.stdout.decode())
+    (tmp_path / "toolloop.lock").unlink()
+
     # the same case with the server gone: it still runs (nothing of the server is needed)
     write(tmp_path / "reg.yml", (tmp_path / "reg.yml").read_text().replace(str(SERVER), str(tmp_path / "gone.py")))
     gone = cli("test", str(tmp_path / "suite.yml"))
