@@ -293,12 +293,24 @@ class ExportCounts(_Record):
 
 class WentPast(_Record):
     """A model answer or receipt an earlier attempt of a resumed routed run journaled past the
-    point where the run went another way: not the run's, kept as it was journaled."""
+    point where the run went another way: not the run's, kept as it was journaled; or (``start``)
+    a call of that path that started and never got a receipt: ``{type, run_id, seq, started_at}``."""
 
-    kind: Literal["model_answer", "receipt"]
-    ref: int  # the answer's n or the receipt's seq
+    kind: Literal["model_answer", "receipt", "start"]
+    ref: int  # the answer's n, or the call's seq
     at: str = RFC3339  # when it was set aside
     record: dict[str, Any]
+
+
+class McpOffer(_Record):
+    """What an MCP tool's server offered for it when the run was admitted (its values from
+    toolloop's environment hidden): a recorded test case is admitted from it, with no server."""
+
+    name: str
+    description: Optional[str] = None
+    input_schema: dict[str, Any]
+    output_schema: Optional[dict[str, Any]] = None
+    annotations: Optional[dict[str, Any]] = None  # the hints, by their protocol names (readOnlyHint, ...)
 
 
 class ManifestRecord(_Record):
@@ -312,6 +324,7 @@ class ManifestRecord(_Record):
     counts: ExportCounts
     not_captured: NotCaptured
     went_past: Optional[list[WentPast]] = None  # only when the run went past any
+    mcp_tools: Optional[dict[str, McpOffer]] = None  # "subagent/tool": only when the run has MCP tools
 
 
 class OutputRecord(BaseModel):

@@ -76,6 +76,9 @@ class ToolSpec:
     sandbox: Any = None  # contract.sandbox.Sandbox for isolation: sandbox, else None
     #: "untrusted" when the tool's results are written by someone outside (``output_trust``)
     output_trust: str = "trusted"
+    #: MCP tools: what the server offered for it at admission (``mcp.offer_record``), kept in the
+    #: run's contract snapshot so a recorded test case can be admitted without the server
+    offered: Any = None
 
     @property
     def at_most_once(self) -> bool:

@@ -363,6 +363,7 @@ def resolve_server_tools(sub: SubagentSpec, servers: Listing, *, locked: Mapping
     by_server: dict[tuple, list[ToolSpec]] = {}
     for t in wanted:
         by_server.setdefault(server_key(t.mcp), []).append(t)
+    servers = _with_recorded(sub, by_server, servers)
     needed = [tools[0].mcp for key, tools in by_server.items() if key not in servers]
     if needed:
         raise ServersNeeded(needed)
@@ -380,6 +381,25 @@ def resolve_server_tools(sub: SubagentSpec, servers: Listing, *, locked: Mapping
     if filled:
         sub = replace(sub, tools={**sub.tools, **filled})
     return sub, problems
+
+
+#: the key of a listing under which a recorded test case gives what each MCP tool's server
+#: offered when the case was recorded ("subagent/tool" -> ``offer_record``)
+RECORDED = ("recorded",)
+
+
+def _with_recorded(sub: SubagentSpec, by_server: dict[tuple, list[ToolSpec]], servers: Listing) -> Listing:
+    """``servers`` with each server the listing lacks taken from the recorded offers, when they
+    hold every tool of this subagent that the server serves (else the server is listed)."""
+    recorded = servers.get(RECORDED)
+    if not isinstance(recorded, Mapping):
+        return servers
+    taken: dict[tuple, Any] = {}
+    for key, tools in by_server.items():
+        offers = [recorded.get(f"{sub.id}/{t.id}") for t in tools]
+        if key not in servers and all(isinstance(o, Mapping) for o in offers):
+            taken[key] = {t.ref: recorded_offer(o) for t, o in zip(tools, offers)}  # type: ignore[arg-type]
+    return {**servers, **taken} if taken else servers
 
 
 def _unreached(tools: list[ToolSpec], why: str) -> list[Problem]:
@@ -409,9 +429,41 @@ def _with_offered(sub: SubagentSpec, t: ToolSpec, offered: dict[str, Any], locke
             t, f"the schemas of tool {quoted(t.ref)} on MCP server {quoted(server_name(decl))} changed since"
                f" {LOCK_NAME} was written (tool {quoted(name)})",
             f"review the server's change, then run 'toolloop lock {t.source[0]}'", "TL372")]
+    offer = offer_record(found)
     if not t.from_server:
-        return None, []
-    return _with_server_schemas(t, found)
+        return replace(t, offered=offer), []
+    fixed, problems = _with_server_schemas(t, found)
+    return (replace(fixed, offered=offer) if fixed is not None else None), problems
+
+
+#: a tool's MCP annotations as the protocol names them, and as the SDK's Tool has them (the hints
+#: only: a title is free text that no admission reads, so none is kept)
+_HINTS = {"readOnlyHint": "read_only_hint", "destructiveHint": "destructive_hint",
+          "idempotentHint": "idempotent_hint", "openWorldHint": "open_world_hint"}
+
+
+def offer_record(offered: Any) -> dict[str, Any]:
+    """What a server offered for one tool (its values from toolloop's environment hidden, as
+    listed), as JSON: ``name``, ``description``, ``input_schema``, ``output_schema``,
+    ``annotations`` (their hints, by their protocol names; null when there are none)."""
+    notes = getattr(offered, "annotations", None)
+    hints = None
+    if notes is not None:
+        hints = {wire: getattr(notes, attr) for wire, attr in _HINTS.items() if getattr(notes, attr, None) is not None}
+    return {"name": offered.name, "description": offered.description, "input_schema": offered.input_schema,
+            "output_schema": getattr(offered, "output_schema", None), "annotations": hints}
+
+
+def recorded_offer(record: Mapping[str, Any]) -> Any:
+    """An ``offer_record`` read back as what a listing holds (the attributes admission reads)."""
+    from types import SimpleNamespace
+
+    hints = record.get("annotations")
+    notes = (SimpleNamespace(**{attr: hints.get(wire) for wire, attr in _HINTS.items()})
+             if isinstance(hints, dict) else None)
+    return SimpleNamespace(name=record.get("name"), description=record.get("description"),
+                           input_schema=record.get("input_schema"), output_schema=record.get("output_schema"),
+                           annotations=notes)
 
 
 def hidden_offer(offered: dict[str, Any], decl: Any) -> dict[str, Any]:

@@ -29,6 +29,8 @@ def contract_snapshot(contract: Contract) -> dict:
                 "effect": t.effect,
                 "idempotent": t.idempotent,
             }
+            if t.offered is not None:  # what the server offered, as it listed it
+                mcp_tools[f"{sub.id}/{t.id}"]["offered"] = t.offered
     return {
         "contract_sha256": contract.contract_sha256,
         "registry_file": contract.file,

@@ -279,17 +279,18 @@ class Launch:
             self.close()
 
     def case(self, plan: str | os.PathLike[str], options: RunOptions, *, context: dict | None = None,
-             recording: Any = None) -> Prepared:
+             recording: Any = None, recorded_mcp: dict | None = None) -> Prepared:
         """A test case's run (``toolloop test``): the plan admitted with the case's ``context`` in
         place of its own, and the ``recording`` it replays (a ``Recording`` with ``replay`` set:
         every model answer, and the tool results it gives, from the case's fixture; None: the case
-        runs live). Raises ConfigError."""
-        from ..contract.mcp import discovered
+        runs live). ``recorded_mcp``: what each MCP tool's server offered when the case was recorded
+        ("subagent/tool" -> offer), admitted from instead of listing those servers. Raises ConfigError."""
+        from ..contract.mcp import RECORDED, discovered
         from ..plan.admit import admit_plan
 
         admitted = discovered(lambda servers: admit_plan(
             plan, default_timeout_s=options.default_timeout_s, placement=options.executor, servers=servers,
-            context=context))
+            context=context), {RECORDED: recorded_mcp} if recorded_mcp else None)
         return Prepared(admitted, options, recording=recording)
 
     # --- running it ---------------------------------------------------------------------------

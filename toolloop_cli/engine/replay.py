@@ -35,8 +35,21 @@ def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bo
     plan = admit_journaled(run, store=store)
     receipts = store.receipts_of(run["run_id"])
     recording = Recording(answers=store.model_answers_of(run["run_id"]), receipts={r["seq"]: r for r in receipts},
-                          started=set(), replay=True, offline=offline, execute_writes=execute_writes)
+                          started=set(), replay=True, offline=offline, execute_writes=execute_writes,
+                          pauses=_pauses_gone_past(store, run))
     return plan, recording
+
+
+def _pauses_gone_past(store: Store, run: dict) -> frozenset:
+    """``(iteration, rule)`` of the supervisor pauses the recorded run was resumed past: every one
+    it journaled but the one it still stands paused at (its summary says a supervisor paused it),
+    where the replay stops too."""
+    pauses = [(r["iteration"], r["rule"]) for _before, r in store.records_of(run["run_id"])
+              if r.get("type") == "supervisor" and r.get("action") == "pause"]
+    summary = run.get("summary") or {}
+    if pauses and summary.get("outcome") == "paused" and (summary.get("paused_by") or {}).get("kind") == "supervisor":
+        pauses.pop()
+    return frozenset(pauses)
 
 
 def _refuse(message: str, file: str = "<journal>", hint: str = "") -> Exception:
@@ -274,6 +287,12 @@ def export_records(store: Store, run: dict) -> list[dict]:
     went_past = [{**m, "at": rfc3339(m["at"])} for m in store.went_past_of(run["run_id"])]
     if went_past:
         manifest["went_past"] = went_past
+    # what each MCP tool's server offered when the run was admitted: a recorded test case is
+    # admitted from it, with no server
+    offered = {name: t["offered"] for name, t in ((store.contract_of(run["run_id"]) or {}).get("mcp_tools") or {}).items()
+               if isinstance(t, dict) and isinstance(t.get("offered"), dict)}
+    if offered:
+        manifest["mcp_tools"] = offered
     return [manifest, *body]
 
 

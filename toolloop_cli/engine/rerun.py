@@ -7,9 +7,15 @@ resume (``resume.py``) and by the routed runner going through its journal again 
 - ``denied``, ``duplicate``, ``budget_exceeded`` are kept;
 - no receipt, ``cancelled`` or ``skipped``: the call runs again, unless it is an at-most-once write
   whose start was committed: then it is reported ``interrupted`` (``--retry-interrupted`` runs it).
+
+A kept receipt counts toward its tool's ``max_calls`` when the call ran (``counts_as_made``): an
+attempt, a cache hit, or an ``interrupted`` write that had started, which may have happened.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
 
 from ..receipts import FAILED_STATUSES
 
@@ -44,3 +50,15 @@ def write_in_flight(status: str | None, started: bool, at_most_once: bool) -> bo
     """Whether a call is an at-most-once write whose start was committed and whose receipt (if
     any) does not say it ended: the process stopped while it ran."""
     return at_most_once and started and status in (None, "cancelled")
+
+
+def counts_as_made(receipt: Any, started: Collection[int] = ()) -> bool:
+    """Whether a settled call counts as one its tool made (toward ``max_calls``, and a write
+    toward the supervisor's count of writes that ran): it had an attempt or a cache hit, or it is
+    a write settled ``interrupted`` because it was in flight (its start marker is in
+    ``started``, or its receipt says so, as a fork's copy of it does), which may have happened."""
+    if receipt.attempts > 0 or receipt.cache == "hit":
+        return True
+    if receipt.status != "interrupted":
+        return False
+    return receipt.seq in started or (receipt.error or {}).get("message") == IN_FLIGHT

@@ -302,7 +302,8 @@ def prepare_resume(
     receipts = {r["seq"]: r for r in store.receipts_of(j.run_id)}
     ctx = RunContext(j.run_id, j.contract, parallel_batch_id=run["parallel_batch_id"])
     ctx.sequence.continue_from(1 + max((r["completion_seq"] for r in receipts.values()), default=-1))
-    settler = _Settler(ctx, receipts, store.started_seqs(j.run_id), unrecoverable, retry_failed, retry_interrupted)
+    started = store.started_seqs(j.run_id)
+    settler = _Settler(ctx, receipts, started, unrecoverable, retry_failed, retry_interrupted)
     for lane in plan.lanes:
         settler.lane(lane)
     children = _kept_children(receipts, {c.seq for c in plan.calls}, set(settler.journaled))
@@ -314,6 +315,7 @@ def prepare_resume(
         "journaled": settler.journaled + [child.seq for _parent, child in children],
         "children": children,
         "completion_start": ctx.sequence.completed,
+        "started": started,  # a write settled interrupted with its start committed may have happened
         "contract_changed": j.contract_changed,
     }
 

@@ -19,7 +19,7 @@ from .endings import InFlight
 from .endings import LoopEnd as _End
 from .gates import Refuse, Wait, check_call
 from .guardrails import check_observation
-from .rerun import IN_FLIGHT
+from .rerun import IN_FLIGHT, counts_as_made
 
 
 class LoopCalls:
@@ -43,7 +43,7 @@ class LoopCalls:
         self.ledger.count_tool_call()
         self.state.ran(tool.id, receipt.status)
         self.supervision.settled(tool.id, receipt)
-        if receipt.attempts > 0 or receipt.cache == "hit":
+        if counts_as_made(receipt, self._journal_started()):
             self.supervision.ran(tool.effect)
 
     async def _receipt(self, it: int, tool: Any, args: dict, *, withheld: bool = False) -> Receipt:
@@ -61,7 +61,7 @@ class LoopCalls:
                 self.seq += 1
                 run.settle(kept)
         if kept is not None:
-            if kept.attempts > 0 or kept.cache == "hit":  # it ran: it counts toward its tool's max_calls again
+            if counts_as_made(kept, self._journal_started()):  # it ran (or may have): it counts toward max_calls again
                 run.ctx.ledger.count(tool)
             self._count(tool, args, kept)
             return kept
@@ -108,6 +108,7 @@ class LoopCalls:
         elif self._in_flight_write(seq, tool):
             receipt = not_run_receipt(ctx, tool, args, seq=seq, item_key=None, call_key=call_key, iteration=it,
                                       status="interrupted", message=IN_FLIGHT)
+            ctx.ledger.count(tool)  # it may have happened: one call of its tool
         else:
             self._current = InFlight(it, tool, verdict.args, seq, verdict.approval)
             paused = None
@@ -148,6 +149,9 @@ class LoopCalls:
     def _kept(self, seq: int, tool: Any) -> Receipt | None:
         rec = self.recording.kept_receipt(seq, tool) if self.recording is not None else None
         return Receipt.from_record(rec) if rec is not None else None
+
+    def _journal_started(self) -> set[int]:
+        return self.recording.started if self.recording is not None else set()
 
     def _in_flight_write(self, seq: int, tool: Any) -> bool:
         return self.recording is not None and self.recording.write_in_flight(seq, tool)

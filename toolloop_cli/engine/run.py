@@ -20,6 +20,7 @@ from .handle import RunHandle
 from .redact import without_run_secrets
 from .lanes import run_lanes
 from .replay import credential_env
+from .rerun import counts_as_made
 from .session import Emit, RunnerEnd, RunOptions, RunResult, RunSession, new_run_id
 from .spool import lane_rows
 
@@ -73,11 +74,13 @@ class LanesRunner:
         ctx.config.parallel_batch_id = resume["parallel_batch_id"]
         for parent_seq, child in resume.get("children", ()):
             ctx.children.add(parent_seq, child)  # printed again right after its kept parent
-        # the calls kept from earlier sessions that ran count toward their tool's max_calls, as
-        # they did in the session that made them (a dispatched call is checked against it)
+        # the calls kept from earlier sessions that ran (or, a write in flight, may have) count
+        # toward their tool's max_calls, as they did in the session that made them (a dispatched
+        # call is checked against it)
+        started = resume.get("started", ())
         for kept in [*resume["prior"], *(child for _parent, child in resume.get("children", ()))]:
             tool = plan.subagent.tools.get(kept.tool)
-            if tool is not None and (kept.attempts > 0 or kept.cache == "hit"):
+            if tool is not None and counts_as_made(kept, started):
                 ctx.ledger.count(tool)
         ctx.sequence.continue_from(resume.get("completion_start", 0))
         session.store.reopen_run(ctx.run_id)

@@ -17,6 +17,7 @@ from .. import _json
 from .._request_delta import rebuilt
 from ..chain import EMPTY_SHA256, RESET, WENT_PAST, Link, describe, link_sha256, record_sha256
 from ..errors import StateError
+from ..receipts import rfc3339
 from .db import MODEL_ANSWER, RECEIPT, Connection, Database, dumps, naming_the_run, parse_object
 
 #: The keys every reader of a journaled record relies on, by the kind of record
@@ -24,6 +25,8 @@ _RECORD_KEYS: dict[str, dict[str, Any]] = {
     "receipt": RECEIPT,
     "record": {"type": str},
     "model_answer": MODEL_ANSWER,
+    # a call's start marker with no receipt, set aside as went past (``move_went_past``)
+    "start": {"type": str, "run_id": str, "seq": int, "started_at": str},
 }
 
 
@@ -91,6 +94,36 @@ def _went_past_calls(db: Connection, run_id: str, from_seq: int) -> list[int]:
                 gone[rid] = seq
                 grew = True
     return sorted(gone.values())
+
+
+def _moves(moved: list[dict]) -> list[list[dict]]:
+    """The model answers of went-past rows, by the move that set them aside: one move's rows share
+    its time, and its answers' numbers go up."""
+    out: list[list[dict]] = []
+    for m in moved:
+        if m["kind"] != "model_answer":
+            continue
+        last = out[-1][-1] if out else None
+        if last is None or m["at"] != last["at"] or m["ref"] <= last["ref"]:
+            out.append([])
+        out[-1].append(m)
+    return out
+
+
+def _rebuild_moves(moved: list[dict], own: list[dict]) -> None:
+    """Give each went-past answer its request whole (in place). A delta names an earlier answer
+    of the run as it was when the delta was journaled, which a later move may have set aside in
+    turn: so a move's answers are rebuilt on the run's answers of that time, which for each
+    number is the copy set aside by the first later move that took that number, or else the
+    run's own answer now (``own``, rebuilt). Moves are taken last first, each one's rebuilt
+    answers then standing for their numbers for the moves before it."""
+    current = {a["n"]: a for a in own}
+    for move in reversed(_moves(moved)):
+        first = move[0]["ref"]
+        base = [current[n] for n in sorted(current) if n < first]
+        for m, rec in zip(move, rebuilt([*base, *(m["record"] for m in move)])[len(base):]):
+            m["record"] = rec
+            current[m["ref"]] = rec
 
 
 @naming_the_run
@@ -180,17 +213,26 @@ class Records(Database):
         takes one of them as its own; but a receipt records an effect that happened, so each is
         moved, as stored, to the ``went_past`` table (``runs export`` gives them under the
         manifest's ``went_past``), with a link of its own carrying the record's digest, which
-        ``runs verify`` checks against the moved copy. One transaction."""
+        ``runs verify`` checks against the moved copy. A call from ``from_seq`` on that started
+        and never got a receipt (the process died in it) is moved as its start marker (kind
+        ``start``): it may have had an effect, and left in place it would be taken for a call of
+        the resumed run in flight at that seq. One transaction."""
         def work() -> None:
             answers = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND n>=?"
                                       " AND record IS NOT NULL ORDER BY n", (run_id, from_n)).fetchall()
             self.db.execute("DELETE FROM model_answers WHERE run_id=? AND n>=?", (run_id, from_n))
+            starts = self.db.execute(
+                "SELECT seq, started_at FROM starts WHERE run_id=? AND seq>=? AND seq NOT IN"
+                " (SELECT seq FROM receipts WHERE run_id=?) ORDER BY seq", (run_id, from_seq, run_id)).fetchall()
+            self.db.executemany("DELETE FROM starts WHERE run_id=? AND seq=?", [(run_id, s) for s, _at in starts])
             calls = _went_past_calls(self.db, run_id, from_seq)
             receipts = [(s, self.db.execute("SELECT record FROM receipts WHERE run_id=? AND seq=?",
                                             (run_id, s)).fetchone()[0]) for s in calls]
             self.db.executemany("DELETE FROM receipts WHERE run_id=? AND seq=?", [(run_id, s) for s in calls])
             self.db.executemany("DELETE FROM starts WHERE run_id=? AND seq=?", [(run_id, s) for s in calls])
-            moved = [("model_answer", n, text) for n, text in answers] + [("receipt", s, text) for s, text in receipts]
+            moved = ([("model_answer", n, text) for n, text in answers] + [("receipt", s, text) for s, text in receipts]
+                     + [("start", s, dumps({"type": "start", "run_id": run_id, "seq": s, "started_at": rfc3339(at)}))
+                        for s, at in starts])
             first = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM went_past WHERE run_id=?",
                                     (run_id,)).fetchone()[0]
             self.db.executemany("INSERT INTO went_past (run_id, n, kind, ref, record, at) VALUES (?,?,?,?,?,?)",
@@ -201,30 +243,17 @@ class Records(Database):
 
     def went_past_of(self, run_id: str) -> list[dict]:
         """The records set aside by ``move_went_past``, in the order they were moved: ``kind``,
-        ``ref`` (the answer's ``n`` or the receipt's ``seq``), ``at`` (when) and ``record``. A
-        model answer's request journaled as a delta is given back whole where its base is known
-        (the run's answers before it, or those moved with it)."""
+        ``ref`` (the answer's ``n``, or the ``seq`` of the receipt or of the start marker of a call that
+        never got one), ``at`` (when) and ``record``. A model answer's request journaled as a delta
+        is given back whole where its base is known: each move's answers are rebuilt on the
+        answers that were the run's when that move was made (``_rebuild_moves``)."""
         with self._lock:
             rows = self.db.execute("SELECT kind, ref, record, at FROM went_past WHERE run_id=? ORDER BY n",
                                    (run_id,)).fetchall()
             own = self.db.execute("SELECT n, record FROM model_answers WHERE run_id=? AND record IS NOT NULL ORDER BY n",
                                   (run_id,)).fetchall()
         out = [{"kind": kind, "ref": ref, "at": at, "record": _record(kind, ref, text)} for kind, ref, text, at in rows]
-        group: list[dict] = []  # answers moved together: refs that go up
-
-        def whole() -> None:
-            if group:
-                base = [_record("model_answer", n, text) for n, text in own if n < group[0]["ref"]]
-                for moved, rec in zip(group, rebuilt([*base, *(m["record"] for m in group)])[len(base):]):
-                    moved["record"] = rec
-                group.clear()
-
-        for moved in out:
-            if moved["kind"] == "model_answer":
-                if group and moved["ref"] <= group[-1]["ref"]:
-                    whole()
-                group.append(moved)
-        whole()
+        _rebuild_moves(out, rebuilt(_record("model_answer", n, text) for n, text in own))
         return out
 
     def model_answers_of(self, run_id: str) -> list[dict]:
@@ -256,8 +285,9 @@ class Records(Database):
                     current[(kind, ref)] = text
             for n, kind, ref, text in self.db.execute(
                     "SELECT n, kind, ref, record FROM went_past WHERE run_id=?", (run_id,)):
-                if kind not in ("model_answer", "receipt"):
-                    raise StateError(f"{describe(WENT_PAST, n)} is a '{str(kind)[:40]}', not a model answer or receipt")
+                if kind not in ("model_answer", "receipt", "start"):
+                    raise StateError(f"{describe(WENT_PAST, n)} is a '{str(kind)[:40]}', not a model answer, receipt"
+                                     " or start")
                 _record(kind, ref, text)
                 current[(WENT_PAST, n)] = text
             for kind, sql in (("approval", "SELECT * FROM approvals WHERE run_id=? AND n IS NOT NULL"),

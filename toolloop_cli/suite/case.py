@@ -85,7 +85,9 @@ def run_case(case: Case, settings: CaseSettings, *, fixture: Fixture | None = No
         if case.mode is None:
             raise UsageError(f"plan {case.decl.plan} cannot be read as a plan")
         options = _options(case, settings, live=fixture is None)
-        prepared = launch.case(case.plan_path, options, context=case.decl.context)
+        # a recorded case reads its MCP tools' schemas from the fixture: their servers never start
+        recorded_mcp = fixture.mcp_tools if fixture is not None and case.decl.tools == "recorded" else None
+        prepared = launch.case(case.plan_path, options, context=case.decl.context, recorded_mcp=recorded_mcp)
         if fixture is not None:
             prepared = replace(prepared, recording=_recording(case, fixture, prepared.plan.subagent.id))
         sink = _Collected()

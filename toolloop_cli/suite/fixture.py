@@ -17,6 +17,9 @@ class Fixture:
     answers: list[dict]  # model_answer records, in recorded order
     receipts: dict[int, dict] = field(default_factory=dict)  # the recorded run's own receipts, by seq
     summary: dict | None = None
+    #: what each MCP tool's server offered when the run was admitted ("subagent/tool" -> offer),
+    #: from the export's manifest; None when it holds none
+    mcp_tools: dict | None = None
 
 
 def load_fixture(path: str | os.PathLike[str]) -> Fixture:
@@ -25,9 +28,12 @@ def load_fixture(path: str | os.PathLike[str]) -> Fixture:
     answers: list[dict] = []
     receipts: dict[int, dict] = {}
     summary = None
+    mcp_tools = None
     for i, record in fixture_records(name):
         kind = record.get("type")
-        if kind == "model_answer":
+        if kind == "manifest" and isinstance(record.get("mcp_tools"), dict) and mcp_tools is None:
+            mcp_tools = record["mcp_tools"]
+        elif kind == "model_answer":
             checked_answer(name, i, record)
             answers.append(record)
         elif kind == "summary" and summary is None:
@@ -39,7 +45,7 @@ def load_fixture(path: str | os.PathLike[str]) -> Fixture:
         receipts = {s: r for s, r in receipts.items() if r.get("run_id") in (None, run_id)}
     if not answers:
         raise FixtureError(name, 0, "fixture holds no model_answer records")
-    return Fixture(name, answers, receipts, summary)
+    return Fixture(name, answers, receipts, summary, mcp_tools)
 
 
 def request_text(answer: dict) -> str | None:
