@@ -22,6 +22,10 @@ The median over rounds is reported, in CPU time (the figure) and in wall time. T
 turn's cost with history is own per turn at the largest N over the smallest N above 2.
 
 Usage: python bench/bench_routed.py [--turns 20 100 300] [--repeat 5] [--json]
+       python bench/bench_routed.py --one toolloop|bare --turns N   (one run, unmeasured: what
+       ``ab_routed.py --instructions`` counts under callgrind)
+       python bench/bench_routed.py --by-thread --turns N [--repeat 3]   (toolloop's CPU per turn by
+       thread: the loop's, the journal's, the output's, the rest; and the bare loop's beside it)
 """
 
 from __future__ import annotations
@@ -162,12 +166,65 @@ def measure(turns: list[int], repeat: int) -> dict:
     return result
 
 
+def one_run(side: str, turns: int) -> None:
+    """One run of one side, nothing measured (the loopback server is a child process, outside
+    what a profiler of this one counts)."""
+    os.environ["BENCH_KEY"] = "bench-key"
+    with Loopback() as server, tempfile.TemporaryDirectory() as tmp, open(os.devnull, "wb") as out:
+        write_files(Path(tmp), server.base, [turns])
+        if side == "toolloop":
+            toolloop_run(server, Path(tmp), turns, out)
+        else:
+            bare_run(server, turns)
+
+
+def by_thread(turns: int, repeat: int) -> None:
+    """toolloop's CPU per turn at ``turns``, split by thread: the event loop's (this thread), the
+    journal writer's and the output's (each counted as it ends, with the run), and the rest (the
+    tool's pool thread, which outlives a run); the bare loop's whole CPU per turn beside it."""
+    import collections
+    import threading
+
+    os.environ["BENCH_KEY"] = "bench-key"
+    ended: collections.Counter[str] = collections.Counter()
+    run = threading.Thread.run
+
+    def counted(self: threading.Thread) -> None:
+        try:
+            run(self)
+        finally:
+            ended[self.name] += time.thread_time()
+
+    threading.Thread.run = counted  # type: ignore[method-assign]
+    with Loopback() as server, tempfile.TemporaryDirectory() as tmp, open(os.devnull, "wb") as out:
+        write_files(Path(tmp), server.base, [BASE_TURNS, turns])
+        toolloop_run(server, Path(tmp), BASE_TURNS, out)
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; CPU ms per turn at {turns} turns")
+        for _ in range(repeat):
+            ended.clear()
+            main0, all0 = time.thread_time(), time.process_time()
+            toolloop_run(server, Path(tmp), turns, out)
+            main, whole = time.thread_time() - main0, time.process_time() - all0
+            named = {k: v for k, v in ended.items() if k.startswith("toolloop-")}
+            rest = whole - main - sum(named.values())
+            _wall, bare = bare_run(server, turns)
+            print(f"toolloop {whole * 1000 / turns:.3f}: loop thread {main * 1000 / turns:.3f}, "
+                  + ", ".join(f"{k} {v * 1000 / turns:.3f}" for k, v in sorted(named.items()))
+                  + f", rest {rest * 1000 / turns:.3f}; bare httpx loop {bare * 1000 / turns:.3f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, nargs="+", default=[20, 100, 300])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", action="store_true", help="also print the figures as one JSON line")
+    ap.add_argument("--one", choices=("toolloop", "bare"), help="one run of one side at --turns N, unmeasured")
+    ap.add_argument("--by-thread", action="store_true", help="toolloop's CPU per turn at --turns N, by thread")
     a = ap.parse_args()
+    if a.one:
+        return one_run(a.one, a.turns[0])
+    if a.by_thread:
+        return by_thread(a.turns[0], a.repeat)
     if any(n <= BASE_TURNS for n in a.turns):
         ap.error(f"--turns: each must be more than {BASE_TURNS}, the run whose cost is taken as fixed")
     load = os.getloadavg()[0]

@@ -411,3 +411,38 @@ def test_read_app_file(tmp_path):
                         ("latin1.md", "not UTF-8"), ("", "is a folder")):
         with pytest.raises(PromptError, match=words):
             read_app_file(tmp_path / name, "instructions")
+
+
+# -- the router prompt of a run, built turn after turn ------------------------------------------
+
+def test_a_runs_prompt_renders_each_added_observation_once_and_writes_what_router_messages_writes(monkeypatch):
+    from toolloop_cli.router import decisions
+
+    rendered: list[int] = []
+    show = decisions.show_observation
+    observations = [observe_receipt(i, "lookup", "ok", {"n": i, "s": "</observation>"}, args={"key": str(i)})
+                    if i % 3 else observe_rejection(i, "nope", "unknown_tool", "not a tool", args={})
+                    for i in range(1, 61)]
+    expected = {n: router_messages(view(observations=tuple(observations[:n]))) for n in (0, 1, 2, 17, 59, 60)}
+    monkeypatch.setattr(decisions, "show_observation", lambda o, p: rendered.append(o.iteration) or show(o, p))
+    prompt = decisions.RouterPrompt()
+    for n in range(61):
+        got = prompt.messages(view(observations=tuple(observations[:n])))
+        if n in expected:
+            assert got == expected[n]
+    assert rendered == list(range(1, 61))  # each once, in order: earlier ones kept
+
+
+def test_a_runs_prompt_renders_everything_again_when_an_earlier_observation_is_not_the_one_shown():
+    from toolloop_cli.router import decisions
+
+    observations = [observe_receipt(i, "lookup", "ok", {"n": i}) for i in range(1, 6)]
+    prompt = decisions.RouterPrompt()
+    prompt.messages(view(observations=tuple(observations)))
+    changed = [*observations[:2], observe_receipt(3, "lookup", "error", {"kind": "boom"}), *observations[3:],
+               observe_receipt(6, "lookup", "ok", {"n": 6})]
+    rebuilt = [observe_receipt(i, "lookup", "ok", {"n": i}) for i in range(1, 8)]  # equal, not the same objects
+    fewer = observations[:2]
+    for obs in (changed, rebuilt, fewer, [], observations):
+        v = view(observations=tuple(obs))
+        assert prompt.messages(v) == router_messages(v)

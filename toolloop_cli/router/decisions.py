@@ -62,7 +62,8 @@ class RouterPrompt:
         self._p = (prompts or packaged_prompts()).router
         self._fixed_for: tuple[Any, ...] | None = None
         self._system = self._tools = ""
-        self._shown: list[tuple[Observation, str]] = []
+        self._shown: tuple[Observation, ...] = ()  # the observations whose text is kept
+        self._joined = ""  # the texts joined, as a turn shows them
 
     def messages(self, view: LoopView) -> list[Message]:
         p = self._p
@@ -96,16 +97,19 @@ class RouterPrompt:
         )
 
     def _observations(self, observations: tuple[Observation, ...]) -> str:
-        """The observations' text: those shown before (the same objects, in the same places)
-        kept, the rest rendered."""
-        shown = self._shown
-        for i, o in enumerate(observations):
-            if i < len(shown) and shown[i][0] is o:
-                continue
-            del shown[i:]
-            shown.append((o, show_observation(o, self._p)))
-        del shown[len(observations):]
-        return "\n".join(text for _o, text in shown) if shown else self._p.fill("none_yet")
+        """The observations' text: when those shown before lead the turn's (the usual case: a
+        loop only adds observations; compared as tuples, element by element in C, each first by
+        identity), their joined text is kept and only the new ones are rendered and added; else
+        every one is rendered again (an equal observation renders the same text)."""
+        k = len(self._shown)
+        if k and observations[:k] == self._shown:
+            new = observations[k:]
+            if new:
+                self._joined += "\n" + "\n".join(show_observation(o, self._p) for o in new)
+        else:
+            self._joined = "\n".join(show_observation(o, self._p) for o in observations)
+        self._shown = observations
+        return self._joined if observations else self._p.fill("none_yet")
 
 
 def show_context(context: Any) -> str:
