@@ -11,10 +11,11 @@ from typing import Any, Callable, Optional
 
 import typer
 
-from . import _params
+from . import _help, _params
 from ._lazy_group import LazyCommands
 
 _params.install()  # plain command-line values are converted without pydantic (see _params)
+_help.install()  # an argument of several values is shown as PATH... (see _help)
 
 
 def _version(value: bool) -> None:
