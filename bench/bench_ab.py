@@ -9,6 +9,12 @@ shared machine shows only this way: as the median of the per-round B/A ratios.
     python bench/bench_ab.py /tmp/before . --figure validate --rounds 11
     python bench/bench_ab.py /tmp/before . --figure startup --rounds 11
     python bench/bench_ab.py --floor            # what the imports every command needs cost against the baselines
+    python bench/bench_ab.py /tmp/before . --figure startup --instructions   # instruction counts instead
+
+With ``--instructions`` each side runs under valgrind's callgrind instead (``--rounds`` times,
+default 3 there, the sides at once, two at a time): the count of instructions does not depend on
+what else the machine runs, so a change of a few per cent shows in one run. PYTHONHASHSEED is
+fixed; the count still moves a little from run to run (the state folder's files, the clock).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -72,9 +79,12 @@ def main() -> None:
     ap.add_argument("a", type=Path, nargs="?", help="the tree before")
     ap.add_argument("b", type=Path, nargs="?", help="the tree after")
     ap.add_argument("--figure", choices=("startup", "validate"), default="startup")
-    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--rounds", type=int, default=None, help="paired rounds (default 11; 3 with --instructions)")
     ap.add_argument("--floor", action="store_true", help="the baselines against themselves with the imports every command needs")
+    ap.add_argument("--instructions", action="store_true", help="count instructions under callgrind instead of CPU time")
     opts = ap.parse_args()
+    if opts.rounds is None:
+        opts.rounds = 3 if opts.instructions else 11
     with tempfile.TemporaryDirectory(prefix="toolloop-ab-") as tmp:
         d = Path(tmp)
         prepare(d)
@@ -88,6 +98,8 @@ def main() -> None:
             sides = {"A": (command(opts.figure, d / "a"), install(opts.a, d / "a")),
                      "B": (command(opts.figure, d / "b"), install(opts.b, d / "b")),
                      "bare": (BARE[opts.figure], None)}
+        if opts.instructions:
+            return count_instructions(sides, d, opts.rounds, opts.floor)
         cpu: dict[str, list[float]] = {k: [] for k in sides}
         for r in range(opts.rounds + 1):  # round 0 warms the page cache and the state folders
             for k in (list(sides) if r % 2 else list(sides)[::-1]):
@@ -110,6 +122,38 @@ def main() -> None:
             b_bare = statistics.median(y / z for y, z in zip(cpu["B"], cpu["bare"]))
             print(f"  B / A per round: quartiles {low:.3f} to {high:.3f}; per round against the baseline:"
                   f" A {a_bare:.2f}x, B {b_bare:.2f}x (medians)")
+
+
+def count_instructions(sides: dict, d: Path, rounds: int, floor: bool) -> None:
+    """Instructions of each side's whole process under callgrind, ``rounds`` times each (two
+    processes at a time, never the same side twice, so no state folder is shared); the median of
+    each, and B against A and against the baseline."""
+    counts: dict[str, list[int]] = {k: [] for k in sides}
+
+    def start(k: str, r: int) -> subprocess.Popen:
+        cmd, env = sides[k]
+        env = {**(env or os.environ), "PYTHONHASHSEED": "0"}
+        return subprocess.Popen(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *cmd], cwd=d,
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    for k, (cmd, env) in sides.items():  # as round 0 of the CPU figures: the state folders exist
+        run_child(cmd, d, env=env)
+    jobs = [(k, r) for r in range(rounds) for k in sides]  # a side is never beside itself
+    while jobs:
+        batch, jobs = jobs[:2], jobs[2:]
+        procs = [(k, start(k, r)) for k, r in batch]
+        for k, proc in procs:
+            _out, err = proc.communicate()
+            found = re.search(r"I\s+refs:\s+([\d,]+)", err)
+            if proc.returncode != 0 or found is None:
+                sys.exit(f"{k} failed under callgrind ({proc.returncode}): {err[-2000:]}")
+            counts[k].append(int(found.group(1).replace(",", "")))
+    print(load_text())
+    med = {k: statistics.median(v) for k, v in counts.items()}
+    for k, v in counts.items():
+        print(f"  {k}: {med[k] / 1e6:,.1f} M instructions (median of {rounds}; {', '.join(f'{x / 1e6:,.1f}' for x in v)})")
+    if not floor:
+        print(f"  A / bare {med['A'] / med['bare']:.3f}x, B / bare {med['B'] / med['bare']:.3f}x, B / A {med['B'] / med['A']:.3f}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ already of its type: importing pydantic and building some twenty adapters cost a
 ``toolloop run`` about as much CPU as the rest of parsing. Here a parameter whose value is plain
 (text for a text option, true or false for a flag, digits for a number, a word that is one of the choices, a path) is
 converted as the adapter would convert it; any other value, or any value the plain conversion
-doubts, goes to typer's own adapter, so a wrong value is refused with typer's own message.
+doubts, goes to typer's own adapter, so a wrong value is refused with typer's own message. The
+one exception is a word that is not one of the choices: typer's adapter says so behind pydantic's
+"Value error, " prefix, so it is refused here, with typer's own words and nothing before them
+(``Invalid value for '--format' / '-f': 'xml' is not one of 'auto', 'table', 'jsonl', 'json'.``).
 
 The same conversion as typer's adapters: text stays the same text, a number is ``int()`` or
 ``float()`` of its digits within the option's bounds, a path is its path type built from the text
@@ -23,6 +26,10 @@ from typing import Any, Callable
 _INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
 _FLOAT = re.compile(r"-?(?:0|[1-9][0-9]{0,14})(?:\.[0-9]{1,15})?")
 _DOUBT = object()  # the plain conversion does not decide: typer's adapter does
+
+
+class Refused(str):
+    """The plain conversion's refusal of a value: the message a usage error shows."""
 
 
 def _number(kind: type, info: Any) -> Callable[[Any, Any], Any]:
@@ -61,8 +68,8 @@ def _choice(choices: tuple, case_sensitive: bool) -> Callable[[Any, Any], Any]:
             return _DOUBT
         try:
             return coerce_cli_choice(value, choices=choices, case_sensitive=case_sensitive, ctx=ctx)
-        except ValueError:
-            return _DOUBT
+        except ValueError as exc:
+            return Refused(exc)  # "'xml' is not one of 'text', 'json'.": what was given, what is allowed
 
     return convert
 
@@ -118,10 +125,15 @@ class PlainParam:
             return () if multi else None  # as typer's own conversion: no adapter is asked
         if self._many and multi and isinstance(value, (list, tuple)):
             out = [self._leaf(item, ctx) for item in value]
+            for item in out:
+                if type(item) is Refused:
+                    raise _refusal(item, param, ctx)
             if not any(item is _DOUBT for item in out):
                 return out
         elif not self._many and not multi:
             one = self._leaf(value, ctx)
+            if type(one) is Refused:
+                raise _refusal(one, param, ctx)
             if one is not _DOUBT:
                 return one
         return self.full().coerce(value, param=param, ctx=ctx)
@@ -133,6 +145,13 @@ class PlainParam:
 
             self._full = build_runtime_param(self._descriptor)
         return self._full
+
+
+def _refusal(message: str, param: Any, ctx: Any) -> Exception:
+    """The usage error typer's adapter raises for a wrong value (exit code 2), with ``message``."""
+    from typer._click.exceptions import BadParameter
+
+    return BadParameter(str(message), ctx=ctx, param=param)
 
 
 def plain_param(descriptor: Any) -> PlainParam | None:

@@ -5,24 +5,17 @@ Heavy imports live inside the commands so that ``--help`` and shell completion s
 
 from __future__ import annotations
 
-from typing import Optional
+import functools
+from importlib import import_module
+from typing import Any, Callable, Optional
 
 import typer
 
-from . import approvals_cmds, complete_cmd, init_cmd, lint_cmds, mcp_cmd, prune_cmd, routed_cmds, run_cmds, runs_cmds, serve_cmd
-from . import _params, test_cmd
+from . import _help, _params
+from ._lazy_group import LazyCommands
 
 _params.install()  # plain command-line values are converted without pydantic (see _params)
-
-app = typer.Typer(
-    name="toolloop",
-    help="Run registered callables from declarative plans: every call admitted, timed out, retried, "
-    "cached, redacted, journaled and returned as a receipt.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+_help.install()  # an argument of several values is shown as PATH... (see _help)
 
 
 def _version(value: bool) -> None:
@@ -33,34 +26,114 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Optional[bool] = typer.Option(None, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Run registered callables from declarative plans."""
 
 
-app.command()(init_cmd.init)
-app.command()(lint_cmds.validate)
-app.command()(lint_cmds.tools)
-app.command()(lint_cmds.schema)
-app.command()(lint_cmds.lock)
-app.command()(run_cmds.run)
-app.command()(run_cmds.call)
-app.command()(runs_cmds.resume)
-app.command()(approvals_cmds.approve)
-app.add_typer(approvals_cmds.approvals_app, name="approvals")
-app.command()(routed_cmds.replay)
-app.command()(routed_cmds.steer)
-app.command()(routed_cmds.abort)
-runs_cmds.runs_app.command("export")(routed_cmds.export)
-runs_cmds.runs_app.command("prune")(prune_cmd.prune)
-runs_cmds.runs_app.command("verify")(runs_cmds.verify)
-app.add_typer(runs_cmds.runs_app, name="runs")
-app.command()(serve_cmd.serve)
-app.command()(test_cmd.test)
-app.add_typer(mcp_cmd.mcp_app, name="mcp")
-app.command("__complete-run-ids", hidden=True)(complete_cmd.complete_run_ids)
+def _typer() -> typer.Typer:
+    """The root's Typer with its options and no command registered."""
+    root = typer.Typer(
+        name="toolloop",
+        help="Run registered callables from declarative plans: every call admitted, timed out, retried, "
+        "cached, redacted, journaled and returned as a receipt.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    root.callback()(_root)
+    return root
+
+
+def _cmd(module: str, function: str, **how: Any) -> Callable[[typer.Typer], None]:
+    def register(root: typer.Typer) -> None:
+        root.command(**how)(getattr(import_module(f"{__package__}.{module}"), function))
+
+    return register
+
+
+def _group(module: str, attribute: str, name: str) -> Callable[[typer.Typer], None]:
+    def register(root: typer.Typer) -> None:
+        root.add_typer(getattr(import_module(f"{__package__}.{module}"), attribute), name=name)
+
+    return register
+
+
+@functools.cache
+def _runs_app() -> typer.Typer:
+    from . import prune_cmd, routed_cmds, runs_cmds
+
+    runs_cmds.runs_app.command("export")(routed_cmds.export)
+    runs_cmds.runs_app.command("prune")(prune_cmd.prune)
+    runs_cmds.runs_app.command("verify")(runs_cmds.verify)
+    return runs_cmds.runs_app
+
+
+def _runs(root: typer.Typer) -> None:
+    root.add_typer(_runs_app(), name="runs")
+
+
+#: Every command of the root, by name, in the order typer lists them (the commands, then the
+#: groups), each as its registration; a command's module is imported when it is registered.
+COMMANDS: dict[str, Callable[[typer.Typer], None]] = {
+    "init": _cmd("init_cmd", "init"),
+    "validate": _cmd("lint_cmds", "validate"),
+    "tools": _cmd("lint_cmds", "tools"),
+    "schema": _cmd("lint_cmds", "schema"),
+    "lock": _cmd("lint_cmds", "lock"),
+    "run": _cmd("run_cmds", "run"),
+    "call": _cmd("run_cmds", "call"),
+    "resume": _cmd("runs_cmds", "resume"),
+    "approve": _cmd("approvals_cmds", "approve"),
+    "replay": _cmd("routed_cmds", "replay"),
+    "steer": _cmd("routed_cmds", "steer"),
+    "abort": _cmd("routed_cmds", "abort"),
+    "serve": _cmd("serve_cmd", "serve"),
+    "test": _cmd("test_cmd", "test"),
+    "__complete-run-ids": _cmd("complete_cmd", "complete_run_ids", name="__complete-run-ids", hidden=True),
+    "approvals": _group("approvals_cmds", "approvals_app", "approvals"),
+    "runs": _runs,
+    "mcp": _group("mcp_cmd", "mcp_app", "mcp"),
+}
+
+
+@functools.cache
+def whole_app() -> typer.Typer:
+    """The Typer app with every command registered (what typer's test runner, the generated
+    artifacts and the tests that walk the command tree read)."""
+    root = _typer()
+    for register in COMMANDS.values():
+        register(root)
+    return root
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return whole_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def command_line() -> Any:
+    """The root command as the program runs it: typer's own group and options, each command
+    built (and its module imported) only when it is looked up (see ``_lazy_group``)."""
+    root_typer = _typer()
+    root = typer.main.get_command(root_typer)
+
+    def build(name: str) -> Any:
+        scratch = typer.Typer()
+        COMMANDS[name](scratch)
+        if scratch.registered_commands:
+            return typer.main.get_command_from_info(
+                scratch.registered_commands[0], pretty_exceptions_short=root_typer.pretty_exceptions_short,
+                rich_markup_mode=root_typer.rich_markup_mode)
+        return typer.main.get_group_from_info(
+            scratch.registered_groups[0], pretty_exceptions_short=root_typer.pretty_exceptions_short,
+            rich_markup_mode=root_typer.rich_markup_mode, suggest_commands=root_typer.suggest_commands)
+
+    root.commands = LazyCommands({name: functools.partial(build, name) for name in COMMANDS})
+    return root
 
 
 def main() -> None:
@@ -78,7 +151,7 @@ def main() -> None:
         if _wants_sarif(sys.argv[1:]):
             _validate_with_sarif_errors()
         else:
-            app()
+            command_line()()
     except (UsageError, RunError, StateError) as exc:
         from .._text import clip
 
@@ -143,7 +216,7 @@ def _validate_with_sarif_errors() -> None:
     import sys
 
     try:
-        code = app(standalone_mode=False)
+        code = command_line()(standalone_mode=False)
     except typer.TyperException as exc:  # a bad flag or a missing argument, found by the parser
         from ..render.lint import format_sarif
         from .common import version

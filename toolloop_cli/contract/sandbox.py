@@ -1,6 +1,7 @@
 """Sandboxed tools (``isolation: sandbox``) as the contract sees them: the ``sandbox`` block
 checked and compiled, whether this machine can make a sandbox at all, and what a receipt says was
-applied.
+applied (``Sandbox.applied``). Whether a plan may use a tool, and what its receipt says, are asked
+through ``isolation.py``, so that runs of tools without a sandbox do not import this module.
 
 Whether a sandbox can be made is found out by making one, once per process: ``bwrap``
 (bubblewrap) runs ``true`` with the same namespaces, mounts and dropped capabilities a
@@ -119,32 +120,6 @@ def _probe(bwrap: str) -> str | None:
         said = lines[0][:300] if lines else f"exit code {proc.returncode}"
         return f"bwrap could not make a sandbox here: {said}"
     return None
-
-
-def isolation_of(tool: Any) -> dict | None:
-    """A receipt's ``isolation``: None for a tool that did not ask for a sandbox, else what its
-    calls get on this machine (the same answer the executor acts on)."""
-    sandbox = getattr(tool, "sandbox", None)
-    if sandbox is None:
-        return None
-    _bwrap, why = availability()
-    return sandbox.applied() if why is None else {"kind": "none", "reason": why}
-
-
-def refusal(tool: Any, placement: str = "local") -> tuple[str, str] | None:
-    """Why a plan may not use ``tool`` (message, hint), or None: its sandbox cannot be made here
-    and is required, or the calls would go to Ray, which has no sandbox to give."""
-    sandbox = getattr(tool, "sandbox", None)
-    if sandbox is None:
-        return None
-    if placement == "ray":
-        return (f"tool {quoted(tool.id)} runs in a sandbox (isolation: sandbox), which --executor ray cannot give:"
-                " its calls would run on Ray workers unconfined",
-                "run the plan with --executor local, or remove isolation: sandbox from the tool")
-    _bwrap, why = availability()
-    if why is None or not sandbox.required:
-        return None
-    return f"tool {quoted(tool.id)} needs a sandbox (isolation: sandbox), and none can be made on this machine: {why}", HOW_TO_FIX
 
 
 def compile_sandbox(tid: str, t: Any, at: tuple, root: str | None, col: Any, kind: str,

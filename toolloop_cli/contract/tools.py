@@ -18,7 +18,6 @@ from .document import load_document
 from .envelope import compile_envelope
 from .problems import Collector
 from .quick import dumped
-from .sandbox import compile_sandbox
 
 if TYPE_CHECKING:  # a declaration may also be read without the models (quick.py)
     from .models import ToolDecl
@@ -48,7 +47,7 @@ def compile_tool(
         col.add("TL310", f"tool {quoted(tid)} has no timeout", at,
                 "set timeout_s on the tool or runner_defaults.tool_timeout_s", at_key=True)
     asynchronous, runtime = _runtime_of(t, fn, at, col)
-    sandbox = compile_sandbox(tid, t, at, root, col, "callable" if t.mcp is None else "mcp", asynchronous)
+    sandbox = _sandbox_of(tid, t, at, root, col, "callable" if t.mcp is None else "mcp", asynchronous)
     texts = {key: _json_text(getattr(t, key)) for key in _SCHEMA_KEYS}
     props, write_only = _properties(t, texts)
     validators = _compile_schemas(t, at, col, write_only, texts)
@@ -191,7 +190,7 @@ def compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, su
             validators[key] = None
     errors_before = sum(p.level == "error" for p in col.problems)
     gate = _compile_gate(tid, t, at, col)
-    compile_sandbox(tid, t, at, None, col, "plan", False)
+    _sandbox_of(tid, t, at, None, col, "plan", False)
     if sum(p.level == "error" for p in col.problems) > errors_before:
         return None
     timeout = _timeout_of(t, subagent_timeout, default_timeout_s)
@@ -208,6 +207,17 @@ def compile_plan_tool(sid: str, tid: str, t: ToolDecl, registry_path: FsPath, su
         contract_sha256=sha256_of([dumped(t), sha256_of(data)]),
         source=(col.smap.file, *col.smap.position(at, at_key=True)), output_trust=output_trust_of(t),
     )
+
+
+def _sandbox_of(tid: str, t: ToolDecl, at: tuple, root: str | None, col: Collector, kind: str,
+                asynchronous: bool) -> Any:
+    """``sandbox.compile_sandbox`` for a tool that names a sandbox; for the others (which it
+    would pass without a word) the sandbox module is not imported."""
+    if t.isolation != "sandbox" and t.sandbox is None:
+        return None
+    from .sandbox import compile_sandbox
+
+    return compile_sandbox(tid, t, at, root, col, kind, asynchronous)
 
 
 def _check_kind(tid: str, t: ToolDecl, at: tuple, col: Collector) -> None:

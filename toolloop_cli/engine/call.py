@@ -11,7 +11,7 @@ import trio
 
 from .._canonical import canonical_bytes, sha256_of
 from ..contract.compiled import ToolSpec, timeout_of
-from ..contract.sandbox import isolation_of
+from ..contract.isolation import isolation_of
 from .taint import taint_of
 from ..receipts import Receipt, rfc3339
 from .child_runs import ChildFailed, ChildResult, cut_short_child

@@ -16,12 +16,13 @@ SIGKILL, and the worker is reaped before the call returns. Idle workers are clos
 they started) when the run ends.
 
 The child half imports the standard library only: a worker starts in tens of milliseconds.
+``pickle`` is imported by the functions that use it: every run imports this module (for
+``WorkerFailure``, which every executor's ``ToolRaised`` is), few run a worker.
 """
 
 from __future__ import annotations
 
 import os
-import pickle
 import signal
 import struct
 import sys
@@ -73,6 +74,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _reply(value: Any, cap: int | None) -> bytes:
+    import pickle
+
     if cap is not None and isinstance(value, (str, bytes)) and len(value) > cap:
         # cheap check first: no copy of a huge string just to refuse it
         return pickle.dumps(("rejected", "output_too_large", len(value)))
@@ -99,6 +102,8 @@ def _described(exc: BaseException) -> str:
 
 def _failed(exc: BaseException) -> bytes:
     """The reply for anything App code raised: its kind and message, never a traceback."""
+    import pickle
+
     return pickle.dumps(("error", type(exc).__name__, _text(exc) or type(exc).__name__))
 
 
@@ -106,6 +111,7 @@ def _load(resolved: dict, ref: str, app_root: str) -> bytes:
     """Import the module of ``ref`` and resolve it (kept for later calls). An import that raises
     is an error reply with that exception's kind."""
     import importlib
+    import pickle
 
     from toolloop_cli.contract.callables import ensure_on_path, resolve
 
@@ -159,6 +165,8 @@ def _call(resolved: dict, ref: str, app_root: str, args: dict, cap: int | None, 
 
 
 def _serve(requests: int, replies: int) -> None:
+    import pickle
+
     resolved: dict[tuple[str, str], Any] = {}
     while True:
         header = _read_exact(requests, _HEADER.size)
@@ -232,6 +240,8 @@ class Worker:
         return out
 
     async def _exchange(self, request: tuple) -> tuple:
+        import pickle
+
         import trio
 
         body = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)

@@ -300,7 +300,7 @@ def _refuse_sandboxes(decl: PlanDecl, sub: SubagentSpec, adm: _Admitter, col: Co
                       more_lanes: bool) -> None:
     """TL423 for each sandboxed tool the plan may call whose sandbox cannot be made (5.11), at
     its first call in the plan (or the plan's top for routed plans and streamed lanes)."""
-    from ..contract.sandbox import refusal
+    from ..contract.isolation import refusal
 
     used = _usable_tools(decl, sub, True) if more_lanes else set(adm.per_tool)
     for tid in sorted(used):
