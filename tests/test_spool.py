@@ -162,3 +162,65 @@ def test_lanes_kept_in_memory_run_exactly_as_those_read_back_from_the_journal(tm
     assert [row[0] for row in seen["kept"]] == list(range(301))
     assert sum(1 for row in seen["kept"] for c in row[3] if c[4] == "secret_echo" and c[5]["password"] == CANARY) == 43
 
+
+
+class _Tool:
+    id, redact = "echo", ()
+
+
+@pytest.mark.parametrize("keep", [10_000, 40, 0], ids=["keys-held-while-kept", "kept-then-filter", "filter"])
+def test_the_item_key_index_claims_a_key_as_a_dict_would(tmp_path, keep):
+    """Admission claims a lane's item key in one look-up (``setdefault``): the lane that holds it
+    already, or this one. Against a plain dict over 400 random keys (duplicates of lanes held, of
+    lanes still in the spool's page, of lanes in the journal; a key given back by a refused lane
+    and claimed again), whether the keys are held, handed to the filter half way or in the filter
+    from the start."""
+    import random
+
+    from toolloop_cli.engine.spool import LaneSpool
+    from toolloop_cli.plan.admit import AdmittedCall, AdmittedLane
+    from toolloop_cli.store import Store
+
+    rng = random.Random(27)
+    store = Store(tmp_path / "state")
+    spool = LaneSpool(store, "run-k", page=8, keep_calls=keep)
+    keys = spool.item_keys({"plan-a": 0})
+    model = {"plan-a": 0}
+    index = 1
+    for _ in range(400):
+        key = f"k{rng.randrange(150)}" if rng.random() < 0.97 else "plan-a"
+        got = keys.setdefault(key, index)
+        assert got == model.setdefault(key, index), key
+        if got == index and rng.random() < 0.1:  # refused after it was counted: the key goes back
+            del keys[key]
+            del model[key]
+            continue
+        spool.add(AdmittedLane(index, key, None, [AdmittedCall(index, index, key, "0", _Tool(), {}, "sha")]))
+        index += 1
+    assert spool.keeping == (keep == 10_000)
+    assert all(keys.get(k) == v for k, v in model.items())
+    store.close()
+
+
+def test_a_key_claimed_while_kept_is_found_after_the_filter_takes_over_before_its_page_is_journaled(tmp_path):
+    """The spool stops keeping its lanes half way through a page: the keys claimed while it kept
+    them, not journaled yet, are still found once the filter has taken over."""
+    from toolloop_cli.engine.spool import LaneSpool
+    from toolloop_cli.plan.admit import AdmittedCall, AdmittedLane
+    from toolloop_cli.store import Store
+
+    store = Store(tmp_path / "state")
+    spool = LaneSpool(store, "run-h", page=8, keep_calls=43)
+    keys = spool.item_keys({})
+
+    def lane(key: str, index: int) -> int:
+        got = keys.setdefault(key, index)
+        spool.add(AdmittedLane(index, key, None, [AdmittedCall(index, index, key, "0", _Tool(), {}, "sha")]))
+        return got
+
+    for i in range(44):  # lanes 40..43 are in the page when the spool stops keeping (at 44 calls)
+        assert lane(f"u{i}", i) == i
+    assert not spool.keeping and len(spool._buffer) == 4
+    assert lane("new", 44) == 44  # the first key claimed after: the filter takes over
+    assert [lane(f"u{i}", 45 + n) for n, i in enumerate((41, 42, 3))] == [41, 42, 3]
+    store.close()

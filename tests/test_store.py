@@ -441,3 +441,37 @@ def test_a_store_failure_stops_the_run_with_a_clear_error(tmp_path):
     assert run["status"] == "interrupted" and run["lease_owner"] is None
     assert [r["seq"] for r in store.receipts_of(run["run_id"])] == [0]
     store.close()
+
+
+def test_each_record_is_linked_by_the_digest_of_the_text_it_is_stored_as(tmp_path):
+    """A receipt's link is taken of the JSON bytes it is stored from: the digest and each link are
+    those of the text the journal holds (non-ASCII text, escapes, an integer past 64 bits, a
+    receipt replaced by a later one), in one transaction with answers and other records, and the
+    chain holds (``runs verify``'s check)."""
+    from toolloop_cli.chain import link_sha256, record_sha256, verify
+
+    store = Store(tmp_path / "state")
+    base = {"type": "receipt", "run_id": "r1", "seq": 0, "completion_seq": 0, "subagent": "t", "tool": "echo",
+            "parallel_batch_id": None, "item_key": None, "call_key": "0", "parent_receipt_id": None,
+            "iteration": None, "receipt_id": "r", "status": "ok", "abandoned": False, "attempts": 1, "cache": "off",
+            "args_sha256": None, "args": {}, "result": {}, "error": None, "envelope": None, "started_at": None,
+            "finished_at": None, "duration_ms": 1.5}
+    receipts = [{**base, "seq": 0, "args": {"name": "Zoë — 東京 🚀", "quote": "a\"b\\c\n\t\u0001"}},
+                {**base, "seq": 1, "result": {"big": 1 << 70, "neg": -(1 << 65), "f": 0.1}},
+                {**base, "seq": 2, "result": {}}]
+    store.put_records(receipts[:2], [({"type": "decision", "run_id": "r1", "n": 0}, 1)],
+                      [{"type": "model_answer", "run_id": "r1", "n": 0, "role": "router", "request_sha256": "x",
+                        "model": "m", "text": "ü", "input_tokens": 1, "output_tokens": 2}])
+    store.put_receipts([receipts[2], {**base, "seq": 0, "status": "error", "error": {"message": "é"}}])
+    links, current = store.chain_of("r1")
+    assert [(link.kind, link.ref) for link in links] == [
+        ("model_answer", 0), ("receipt", 0), ("receipt", 1), ("record", 0), ("receipt", 2), ("receipt", 0)]
+    previous = ""
+    for link in links:
+        if (link.kind, link.ref) != ("receipt", 0) or link.n == 5:  # the first receipt 0 was replaced
+            assert link.record_sha256 == record_sha256(current[(link.kind, link.ref)])
+        assert link.link_sha256 == link_sha256(previous, link.kind, link.ref, link.record_sha256)
+        previous = link.link_sha256
+    assert json.loads(current[("receipt", 1)])["result"]["big"] == 1 << 70
+    assert verify(links, current).ok
+    store.close()

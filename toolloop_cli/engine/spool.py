@@ -63,7 +63,8 @@ def withheld_payload(lane: AdmittedLane) -> str | None:
 
 def lane_rows(lanes: list[AdmittedLane]) -> tuple[list[tuple], list[tuple]]:
     """The journal rows of admitted lanes: ``(index, item_key, payload, withheld)`` and calls."""
-    lrows = [(lane.index, lane.item_key, lane.payload, withheld_payload(lane)) for lane in lanes]
+    lrows = [(lane.index, lane.item_key, lane.payload, None if lane.payload is None else withheld_payload(lane))
+             for lane in lanes]
     crows = [(c.seq, c.lane, c.item_key, c.call_key, c.tool.id, stored_args(c), c.args_sha256)
              for lane in lanes for c in lane.calls]
     return lrows, crows
@@ -119,6 +120,23 @@ class ItemKeys:
 
     def __contains__(self, key: str) -> bool:
         return self.get(key) is not None
+
+    def setdefault(self, key: str, lane: int) -> int:
+        """The lane that holds ``key``: ``lane``, taken for it, when no lane held it before."""
+        known = self.known
+        if known is not None and self.spool.keeping:  # the lanes are kept: every key is here
+            found = known.get(key)
+            if found is None:
+                found = self.held.get(key)
+            if found is not None:
+                return found
+            known[key] = self.page[key] = lane
+            return lane
+        found = self.get(key)
+        if found is not None:
+            return found
+        self[key] = lane
+        return lane
 
     def __getitem__(self, key: str) -> int:
         found = self.get(key)

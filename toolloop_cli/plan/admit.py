@@ -156,12 +156,18 @@ class _Admitter:
     def call(self, lane: int, item_key: str | None, index: int, decl: Any, at: tuple,
              keys: dict[str, int], payload: dict | None, fed_later: bool, col: Collector) -> AdmittedCall | None:
         call_key = decl.call_key if decl.call_key is not None else str(index)
-        ok = self._unique_key(call_key, index, item_key, decl, at, keys, col)
-        tool = self._tool(decl, at, col)
-        if tool is None:
-            return None
-        ok = self._allowed(decl, at, col) and ok
-        self.per_tool[decl.tool] = self.per_tool.get(decl.tool, 0) + 1
+        tool_id = decl.tool
+        tool = self.sub.tools.get(tool_id)
+        if tool is not None and call_key not in keys and tool_id in self.sub.allowed_tools:
+            keys[call_key] = index  # the common case: none of the three checks below has a finding
+            ok = True
+        else:
+            ok = self._unique_key(call_key, index, item_key, decl, at, keys, col)
+            tool = self._tool(decl, at, col)
+            if tool is None:
+                return None
+            ok = self._allowed(decl, at, col) and ok
+        self.per_tool[tool_id] = self.per_tool.get(tool_id, 0) + 1
         if decl.args is None and payload is not None:
             if payload is _UNUSABLE:
                 return None  # reported once, at the payload
@@ -176,7 +182,9 @@ class _Admitter:
             return None
         else:
             args = decl.args
-        ok = self._valid_input(tool, decl, args, at, payload is not None, col) and ok
+        validator = tool.input_validator
+        if validator is not None and not validator.is_valid(args):
+            ok = self._valid_input(tool, decl, args, at, payload is not None, col) and ok
         if not ok:
             return None
         return AdmittedCall(self.seq, lane, item_key, call_key, tool, args, sha256_of(args))
@@ -229,11 +237,12 @@ class _Admitter:
     def lane(self, decl: LaneDecl, at: tuple, col: Collector) -> None:
         index = self.lane_count
         self.lane_count += 1
-        if decl.item_key in self.item_keys:
-            col.add("TL405", f"duplicate item_key {quoted(decl.item_key)} (first in lane {self.item_keys[decl.item_key]})",
+        # one look-up: the key's first lane, this one when it is new (no key holds this index:
+        # a withdrawn lane's index goes back with its key)
+        first = self.item_keys.setdefault(decl.item_key, index)
+        if first != index:
+            col.add("TL405", f"duplicate item_key {quoted(decl.item_key)} (first in lane {first})",
                     at + ("item_key",), "item keys must be unique across the plan")
-        else:
-            self.item_keys[decl.item_key] = index
         keys: dict[str, int] = {}
         calls = []
         fed_later = False

@@ -212,19 +212,24 @@ def well_formed(raw: bytes) -> Any:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
-    if type(data) is not dict or not data.keys() <= _LANE_KEYS:
+    if type(data) is not dict:
         return None
     item_key, calls, payload = data.get("item_key"), data.get("calls"), data.get("payload")
     if type(item_key) is not str or type(calls) is not list or not calls or (
             payload is not None and type(payload) is not dict):
         return None
+    # no other keys: as many as those found set (the common case), else all of them known
+    if len(data) != 2 + (payload is not None) and not data.keys() <= _LANE_KEYS:
+        return None
     read = []
     for c in calls:
-        if type(c) is not dict or not c.keys() <= _CALL_KEYS:
+        if type(c) is not dict:
             return None
         tool, key, args = c.get("tool"), c.get("call_key"), c.get("args")
         if type(tool) is not str or (key is not None and type(key) is not str) or (
                 args is not None and type(args) is not dict):
+            return None
+        if len(c) != 1 + (key is not None) + (args is not None) and not c.keys() <= _CALL_KEYS:
             return None
         read.append(_Call(tool, key, args))
     return _Lane(item_key, read, payload)

@@ -11,6 +11,7 @@ links of the same chain (``link`` and ``linked_text``, used by ``approvals.py`` 
 
 from __future__ import annotations
 
+from hashlib import sha256
 from typing import Any
 
 from .. import _json
@@ -53,15 +54,22 @@ def _linked_row(cur: Any, row: tuple) -> str:
 def link(db: Connection, entries: list[tuple[str, str, int, str | None]]) -> None:
     """Append ``(run_id, kind, ref, stored text)`` to their runs' hash chains, in order
     (inside the transaction that stores the records)."""
+    _link(db, [(run_id, kind, ref, EMPTY_SHA256 if text is None else record_sha256(text))
+               for run_id, kind, ref, text in entries])
+
+
+def _link(db: Connection, entries: list[tuple[str, str, int, str]]) -> None:
+    """``link`` of ``(run_id, kind, ref, record digest)``: the digests already taken, of the very
+    bytes each record is stored as (a receipt's JSON is hashed as it is written, not encoded
+    again from the text)."""
     heads: dict[str, tuple[int, str]] = {}
     rows = []
-    for run_id, kind, ref, text in entries:
+    for run_id, kind, ref, digest in entries:
         head = heads.get(run_id)
         if head is None:
             row = db.execute("SELECT n, link_sha256 FROM chain WHERE run_id=? ORDER BY n DESC LIMIT 1",
                              (run_id,)).fetchone()
             head = (row[0], row[1]) if row is not None else (-1, "")
-        digest = EMPTY_SHA256 if text is None else record_sha256(text)
         linked = link_sha256(head[1], kind, ref, digest)
         head = heads[run_id] = (head[0] + 1, linked)
         rows.append((run_id, head[0], kind, ref, digest, linked))
@@ -141,21 +149,28 @@ class Records(Database):
         its link in its run's hash chain (model answers first, then receipts, then the others, in
         the order given). ``others`` are ``(record, receipts_before)``: the record and how many
         receipts were printed before it; ``answers`` are ``model_answer`` records."""
-        rows = [(r["run_id"], r["seq"], r["status"], dumps(r)) for r in receipts]
+        # each record's JSON is built once: its text is stored, its bytes hashed for its link
+        rows, receipt_links = [], []
+        for r in receipts:
+            raw = _json.dumps(r)
+            run_id, seq = r["run_id"], r["seq"]
+            rows.append((run_id, seq, r["status"], raw.decode()))
+            receipt_links.append((run_id, "receipt", seq, sha256(raw).hexdigest()))
         answer_rows = [(a["run_id"], a["n"], a["role"], a["request_sha256"], a.get("text") or "", dumps(a))
                        for a in answers]
 
         def work() -> None:
-            links: list[tuple[str, str, int, str | None]] = []
+            links: list[tuple[str, str, int, str]] = []
             if answer_rows:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO model_answers (run_id, n, role, request_sha256, answer, record)"
                     " VALUES (?,?,?,?,?,?)", answer_rows)
-                links += [(run_id, "model_answer", n, text) for run_id, n, _r, _s, _a, text in answer_rows]
+                links += [(run_id, "model_answer", n, record_sha256(text))
+                          for run_id, n, _r, _s, _a, text in answer_rows]
             if rows:
                 self.db.executemany(
                     "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows)
-                links += [(run_id, "receipt", seq, text) for run_id, seq, _status, text in rows]
+                links += receipt_links
             next_n: dict[str, int] = {}
             for rec, before in others:
                 run_id, text = rec["run_id"], dumps(rec)
@@ -166,8 +181,8 @@ class Records(Database):
                 next_n[run_id] = n + 1
                 self.db.execute("INSERT INTO records (run_id, n, type, receipts_before, record) VALUES (?,?,?,?,?)",
                                 (run_id, n, rec["type"], before, text))
-                links.append((run_id, "record", n, text))
-            link(self.db, links)
+                links.append((run_id, "record", n, record_sha256(text)))
+            _link(self.db, links)
 
         self._transaction(work)
 
