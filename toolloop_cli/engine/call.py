@@ -56,10 +56,12 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
                    slot: HeldSlot | None = None, lent: LentDeadline | None = None) -> Outcome:
     failed: Outcome | None = None
     value: Any = None
-    try:
-        prepared = await executor.prepare(tool, args)  # before the deadline runs: the timeout is the call's
-    except OSError as exc:
-        return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
+    prepared = None
+    if executor.prepares:  # the base executor's prepare does nothing: no coroutine to await
+        try:
+            prepared = await executor.prepare(tool, args)  # before the deadline runs: the timeout is the call's
+        except OSError as exc:
+            return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
     if not executor.copies_arguments:
         args = private_copy(args)
     deadline = trio.current_time() + timeout if timeout is not None else float("inf")
@@ -136,7 +138,7 @@ class _Attempts:
     """The tries of one call: source limits, the at-most-once start marker, retries."""
 
     __slots__ = ("ctx", "tool", "args", "meta", "frame", "start_info", "executor", "timeout", "count", "where",
-                 "lent")
+                 "lent", "plain")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, meta: dict, frame: CallFrame | None,
                  start_info: tuple | None, where: _Where, lent: LentDeadline | None = None):
@@ -148,6 +150,11 @@ class _Attempts:
         self.start_info = start_info
         self.timeout = timeout_of(tool.timeout_s, ctx.config.default_timeout_s)
         self.count = 0
+        #: nothing to do around a try but its identity (no source limits, no start marker, no
+        #: audit) and its deadline the worker's lent scope: ``GovernedCall.run`` awaits the first
+        #: try itself, and this retry loop only for a try that did not succeed
+        self.plain = (lent is not None and self.frame is None and start_info is None and not meta
+                      and tool.max_in_flight is None and tool.per_second is None)
 
     async def run(self, outcome: Outcome | None = None) -> tuple[Outcome, int]:
         """Try until done; ``outcome`` is that of the attempt in flight when it was cut short (a
@@ -336,11 +343,27 @@ class GovernedCall:
         self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
         if ran.cache != "hit":
             start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
-            self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
-            ran.outcome, ran.attempts = await self.attempts.run()
+            self.attempts = attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where,
+                                                 self.lent)
+            if attempts.plain:  # the first try awaited here: one coroutine less for every call
+                attempts.count = 1
+                token = set_pending(ctx.config.run_id, where.seq, where.item_key, where.call_key, 1,
+                                    ctx.config.labels, self.receipt_id)
+                try:
+                    outcome = await _attempt(ctx, tool, attempts.executor, self.args, attempts.timeout, None,
+                                             self.lent)
+                finally:
+                    reset_current(token)
+                # a try that did not succeed goes on in the retry loop, as if the loop had made it
+                ran.outcome, ran.attempts = (outcome, 1) if outcome.status == "ok" else await attempts.run(outcome)
+            else:
+                ran.outcome, ran.attempts = await attempts.run()
             if ran.outcome.status == "ok":
                 ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
-        return await self._receipt()
+        receipt, value = self._receipt()
+        if ctx.contract.evidence is not None:
+            await give_evidence(ctx, receipt)
+        return receipt, value, ran.envelope
 
     async def resume_timed_out(self) -> tuple[Receipt, Any, dict | None]:
         """The attempt in flight ran out of time (its lent deadline fired): its retries, then the
@@ -350,9 +373,15 @@ class GovernedCall:
         ran.outcome, ran.attempts = await attempts.run(timed_out(attempts.timeout, attempts.executor))
         if ran.outcome.status == "ok":
             ran.outcome, ran.envelope = _check_output(self.ctx, self.tool, ran.outcome)
-        return await self._receipt()
+        return await self._finished()
 
-    async def _receipt(self) -> tuple[Receipt, Any, dict | None]:
+    async def _finished(self) -> tuple[Receipt, Any, dict | None]:
+        receipt, value = self._receipt()
+        if self.ctx.contract.evidence is not None:
+            await give_evidence(self.ctx, receipt)
+        return receipt, value, self.ran.envelope  # type: ignore[union-attr]
+
+    def _receipt(self) -> tuple[Receipt, Any]:
         ctx, tool, args, where, ran = self.ctx, self.tool, self.args, self.where, self.ran
         assert ran is not None
         value = ran.outcome.value if ran.outcome.status == "ok" else None
@@ -374,9 +403,7 @@ class GovernedCall:
         if ctx.services.audit is not None:
             ctx.emit_audit("finished", **self.meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,
                            error=receipt.error, duration_ms=receipt.duration_ms)
-        if ctx.contract.evidence is not None:
-            await give_evidence(ctx, receipt)
-        return receipt, value, ran.envelope
+        return receipt, value
 
 
 def lane_call(ctx: RunContext, tool: ToolSpec, args: dict, lent: LentDeadline, *, seq: int, item_key: str | None,
