@@ -150,11 +150,11 @@ class _Attempts:
         self.start_info = start_info
         self.timeout = timeout_of(tool.timeout_s, ctx.config.default_timeout_s)
         self.count = 0
-        #: nothing to do around a try but its identity (no source limits, no start marker, no
-        #: audit) and its deadline the worker's lent scope: ``GovernedCall.run`` awaits the first
-        #: try itself, and this retry loop only for a try that did not succeed
-        self.plain = (lent is not None and self.frame is None and start_info is None and not meta
-                      and tool.max_in_flight is None and tool.per_second is None)
+        #: nothing to wait for around a try (no source limits; no audit) and its deadline the
+        #: worker's lent scope: ``GovernedCall.run`` makes the first try itself, and this retry
+        #: loop only goes on with a try that did not succeed
+        self.plain = (lent is not None and self.frame is None and not meta and tool.max_in_flight is None
+                      and tool.per_second is None)
 
     async def run(self, outcome: Outcome | None = None) -> tuple[Outcome, int]:
         """Try until done; ``outcome`` is that of the attempt in flight when it was cut short (a
@@ -345,8 +345,10 @@ class GovernedCall:
             start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
             self.attempts = attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where,
                                                  self.lent)
-            if attempts.plain:  # the first try awaited here: one coroutine less for every call
+            if attempts.plain:  # the first try made here, as ``_one`` would: two coroutines less a call
                 attempts.count = 1
+                if start_info is not None:
+                    ctx.services.before_start(start_info)  # type: ignore[misc]  # committed before the callable runs
                 token = set_pending(ctx.config.run_id, where.seq, where.item_key, where.call_key, 1,
                                     ctx.config.labels, self.receipt_id)
                 try:

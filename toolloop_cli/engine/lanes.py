@@ -267,8 +267,10 @@ class _Feeder:
         self.stream, self.on_rejected = stream, on_rejected
         self.window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
         self.watchdog: Watchdog | None = None
+        #: the plan's lanes when nothing is streamed: taken by the workers without a coroutine
+        self.pending: Iterator[tuple] | None = None
         if stream is None:
-            pending = source.positions()
+            pending = self.pending = source.positions()
 
             async def take() -> tuple | None:
                 return next(pending, None)
@@ -302,10 +304,11 @@ class _Feeder:
                     while True:
                         if current is None:
                             if taken is None:
-                                taken = await self.take()
+                                taken = next(self.pending, None) if self.pending is not None else await self.take()
                                 if taken is None:
                                     return
-                            await self._within_window(taken[0])
+                            if taken[0] - self.window > self.settlement.emitted:
+                                await self._within_window(taken[0])
                             current = _LaneRun(self.ctx, taken[1], taken[2], self.settlement, state)
                             current.lent = lent
                             taken = None
