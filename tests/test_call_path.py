@@ -163,3 +163,17 @@ def test_a_lane_calls_gates_answer_as_check_call_does(tmp_path):
                     answered += 1
                     assert isinstance(quick, (Go, Refuse)) and quick == full, (name, args, source)
     assert answered >= 16
+
+
+def test_a_receipts_duration_is_rounded_as_round_does():
+    import math
+
+    from toolloop_cli.receipts import millis3
+
+    rng = random.Random(3)
+    values = [rng.random() * rng.choice([1e-3, 1, 10, 1e3, 1e5, 1e7]) for _ in range(200_000)]
+    for _ in range(20_000):  # halves of a microsecond, and their neighbours
+        half = (rng.randrange(10**7) + 0.5) / 1000
+        values += [half, math.nextafter(half, 0), math.nextafter(half, math.inf)]
+    values += [0.0, 1e-9, 999_999.9995, 1e7, 1e12 + 0.0005, 1e20]
+    assert [millis3(v) for v in values] == [round(v, 3) for v in values]

@@ -13,7 +13,7 @@ from .._canonical import canonical_bytes, sha256_of
 from ..contract.compiled import ToolSpec, timeout_of
 from ..contract.sandbox import isolation_of
 from .taint import taint_of
-from ..receipts import Receipt, rfc3339
+from ..receipts import Receipt, millis3, rfc3339
 from .child_runs import ChildFailed, ChildResult, cut_short_child
 from .context import RunContext
 from .executors import Executor, WorkerLost
@@ -397,7 +397,7 @@ class GovernedCall:
             iteration=where.iteration, receipt_id=self.receipt_id, status=ran.outcome.status,
             abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=self.args_sha,
             args=shown_args, result=result, error=error, envelope=envelope, started_at=rfc3339(self.started),
-            finished_at=rfc3339(time.time()), duration_ms=round((time.perf_counter() - self.t0) * 1000, 3),
+            finished_at=rfc3339(time.time()), duration_ms=millis3((time.perf_counter() - self.t0) * 1000),
             approval=where.approval, isolation=isolation_of(tool),
             child_run_id=ran.outcome.child_run_id or _cut_short_child_id(ctx, tool, ran, where.seq),
             taint=taint_of(ctx, tool),
