@@ -64,7 +64,8 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
             return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
     if not executor.copies_arguments:
         args = private_copy(args)
-    deadline = trio.current_time() + timeout if timeout is not None else float("inf")
+    now = lent.now if lent is not None else trio.current_time  # the run's clock, read directly
+    deadline = now() + timeout if timeout is not None else float("inf")
     if lent is not None:
         # the lane worker's scope is the deadline (limits.LentDeadline): when it fires, the
         # Cancelled goes up to the worker, which settles this attempt as timed out
@@ -85,7 +86,7 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
             except Exception as exc:  # noqa: BLE001 - any failure of App code is a receipt, not a crash
                 failed = _failure(exc, tool)
         cancelled = scope.cancelled_caught
-    if cancelled or trio.current_time() > deadline:
+    if cancelled or (timeout is not None and now() > deadline):
         # a result (or a failure) that arrives after the deadline is never accepted
         return timed_out(timeout, executor)
     if failed is not None:
@@ -138,7 +139,7 @@ class _Attempts:
     """The tries of one call: source limits, the at-most-once start marker, retries."""
 
     __slots__ = ("ctx", "tool", "args", "meta", "frame", "start_info", "executor", "timeout", "count", "where",
-                 "lent", "plain")
+                 "lent")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, meta: dict, frame: CallFrame | None,
                  start_info: tuple | None, where: _Where, lent: LentDeadline | None = None):
@@ -150,11 +151,6 @@ class _Attempts:
         self.start_info = start_info
         self.timeout = timeout_of(tool.timeout_s, ctx.config.default_timeout_s)
         self.count = 0
-        #: nothing to wait for around a try (no source limits; no audit) and its deadline the
-        #: worker's lent scope: ``GovernedCall.run`` makes the first try itself, and this retry
-        #: loop only goes on with a try that did not succeed
-        self.plain = (lent is not None and self.frame is None and not meta and tool.max_in_flight is None
-                      and tool.per_second is None)
 
     async def run(self, outcome: Outcome | None = None) -> tuple[Outcome, int]:
         """Try until done; ``outcome`` is that of the attempt in flight when it was cut short (a
@@ -343,23 +339,30 @@ class GovernedCall:
         self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
         if ran.cache != "hit":
             start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
-            self.attempts = attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where,
-                                                 self.lent)
-            if attempts.plain:  # the first try made here, as ``_one`` would: two coroutines less a call
-                attempts.count = 1
+            lent = self.lent
+            if (lent is not None and self.frame is None and not self.meta and tool.max_in_flight is None
+                    and tool.per_second is None):
+                # nothing to wait for around the first try (no source limits, no audit) and its
+                # deadline the worker's lent scope: made here as ``_Attempts._one`` would make it,
+                # two coroutines less a call; the retry loop only goes on with a try that failed
+                # (or, from ``resume_timed_out``, one cut short)
                 if start_info is not None:
                     ctx.services.before_start(start_info)  # type: ignore[misc]  # committed before the callable runs
                 token = set_pending(ctx.config.run_id, where.seq, where.item_key, where.call_key, 1,
                                     ctx.config.labels, self.receipt_id)
+                executor = ctx.services.executors.for_tool(tool)  # type: ignore[union-attr]
                 try:
-                    outcome = await _attempt(ctx, tool, attempts.executor, self.args, attempts.timeout, None,
-                                             self.lent)
+                    outcome = await _attempt(ctx, tool, executor, self.args,
+                                             timeout_of(tool.timeout_s, ctx.config.default_timeout_s), None, lent)
                 finally:
                     reset_current(token)
-                # a try that did not succeed goes on in the retry loop, as if the loop had made it
-                ran.outcome, ran.attempts = (outcome, 1) if outcome.status == "ok" else await attempts.run(outcome)
+                if outcome.status == "ok":
+                    ran.outcome, ran.attempts = outcome, 1
+                else:
+                    ran.outcome, ran.attempts = await self._tries(1).run(outcome)
             else:
-                ran.outcome, ran.attempts = await attempts.run()
+                self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
+                ran.outcome, ran.attempts = await self.attempts.run()
             if ran.outcome.status == "ok":
                 ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
         receipt, value = self._receipt()
@@ -370,12 +373,21 @@ class GovernedCall:
     async def resume_timed_out(self) -> tuple[Receipt, Any, dict | None]:
         """The attempt in flight ran out of time (its lent deadline fired): its retries, then the
         receipt."""
-        ran, attempts = self.ran, self.attempts
-        assert ran is not None and attempts is not None, "a call is cut short only while it is tried"
+        ran, attempts = self.ran, self.attempts or self._tries(1)  # a first try made by ``run`` itself
+        assert ran is not None, "a call is cut short only while it is tried"
         ran.outcome, ran.attempts = await attempts.run(timed_out(attempts.timeout, attempts.executor))
         if ran.outcome.status == "ok":
             ran.outcome, ran.envelope = _check_output(self.ctx, self.tool, ran.outcome)
         return await self._finished()
+
+    def _tries(self, made: int) -> _Attempts:
+        """The retry loop of a call whose first ``made`` tries ``run`` made itself."""
+        where = self.where
+        start_info = (where.seq, self.tool, self.args_sha) if self.ctx.services.before_start is not None else None
+        self.attempts = attempts = _Attempts(self.ctx, self.tool, self.args, self.meta, self.frame, start_info, where,
+                                             self.lent)
+        attempts.count = made
+        return attempts
 
     async def _finished(self) -> tuple[Receipt, Any, dict | None]:
         receipt, value = self._receipt()
