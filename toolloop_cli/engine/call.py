@@ -22,7 +22,7 @@ from .frames import CURRENT, CallFrame
 from .identity import reset_current, set_pending
 from .limits import LentDeadline
 from .output_gate import check_output
-from .redact import Scrubber, scrub
+from .redact import Redactor, Scrubber, scrub
 from .singleflight import cached_or_lead
 
 MAX_MESSAGE_CHARS = 8192  # an error message longer than this is cut (after redaction)
@@ -399,9 +399,10 @@ class GovernedCall:
         ctx, tool, args, where, ran = self.ctx, self.tool, self.args, self.where, self.ran
         assert ran is not None
         value = ran.outcome.value if ran.outcome.status == "ok" else None
-        scrubber = _scrubber(ctx, tool, args, value, self.frame)
+        red = ctx.redactor(tool)
+        scrubber = _scrubber(ctx, red, args, value, self.frame)
         _store(ctx, tool, ran, value, scrubber)
-        shown_args, result, error, envelope = _shown(ctx, tool, args, value, ran, scrubber)
+        shown_args, result, error, envelope = _shown(red, args, value, ran, scrubber)
         receipt = Receipt(
             run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
             subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
@@ -411,7 +412,8 @@ class GovernedCall:
             args=shown_args, result=result, error=error, envelope=envelope, started_at=rfc3339(self.started),
             finished_at=rfc3339(time.time()), duration_ms=millis3((time.perf_counter() - self.t0) * 1000),
             approval=where.approval, isolation=isolation_of(tool),
-            child_run_id=ran.outcome.child_run_id or _cut_short_child_id(ctx, tool, ran, where.seq),
+            child_run_id=ran.outcome.child_run_id or (_cut_short_child_id(ctx, tool, ran, where.seq)
+                                                      if tool.kind == "plan" else None),
             taint=taint_of(ctx, tool),
         )
         if ctx.services.audit is not None:
@@ -483,10 +485,10 @@ class _Checked:
         self.cache.put(key, tool, result)
 
 
-def _scrubber(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:
-    """The values this call redacts, and those its dispatched calls redacted, are hidden wherever
-    they appear in what is written, not only at their pointers (a result may quote an argument)."""
-    red = ctx.redactor(tool)
+def _scrubber(ctx: RunContext, red: Redactor, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:
+    """The values this call redacts (``red``: its tool's redactor), and those its dispatched calls
+    redacted, are hidden wherever they appear in what is written, not only at their pointers (a
+    result may quote an argument)."""
     run_secrets = ctx.services.secrets  # credentials the run read, values a model proposed
     if not (red.active or (frame is not None and frame.secrets)):
         return run_secrets.scrubber if run_secrets else None
@@ -511,10 +513,10 @@ def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scr
         ran.flight.release(stored=stored)
 
 
-def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran,
+def _shown(red: Redactor, args: dict, value: Any, ran: _Ran,
            scrubber: Scrubber | None) -> tuple[Any, Any, dict | None, dict | None]:
-    """The receipt's ``args``, ``result``, ``error`` and ``envelope``, redacted."""
-    red = ctx.redactor(tool)
+    """The receipt's ``args``, ``result``, ``error`` and ``envelope``, redacted by ``red`` (the
+    tool's redactor)."""
     error = ran.outcome.error
     if error is not None:
         message = scrubber.text(error["message"]) if scrubber is not None else error["message"]
