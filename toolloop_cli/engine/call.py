@@ -13,7 +13,7 @@ from .._canonical import canonical_bytes, sha256_of
 from ..contract.compiled import ToolSpec, timeout_of
 from ..contract.isolation import isolation_of
 from .taint import taint_of
-from ..receipts import Receipt, rfc3339
+from ..receipts import Receipt, millis3, rfc3339
 from .child_runs import ChildFailed, ChildResult, cut_short_child
 from .context import RunContext
 from .executors import Executor, WorkerLost
@@ -22,7 +22,7 @@ from .frames import CURRENT, CallFrame
 from .identity import reset_current, set_pending
 from .limits import LentDeadline
 from .output_gate import check_output
-from .redact import Scrubber, scrub
+from .redact import Redactor, Scrubber, scrub
 from .singleflight import cached_or_lead
 
 MAX_MESSAGE_CHARS = 8192  # an error message longer than this is cut (after redaction)
@@ -56,13 +56,16 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
                    slot: HeldSlot | None = None, lent: LentDeadline | None = None) -> Outcome:
     failed: Outcome | None = None
     value: Any = None
-    try:
-        prepared = await executor.prepare(tool, args)  # before the deadline runs: the timeout is the call's
-    except OSError as exc:
-        return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
+    prepared = None
+    if executor.prepares:  # the base executor's prepare does nothing: no coroutine to await
+        try:
+            prepared = await executor.prepare(tool, args)  # before the deadline runs: the timeout is the call's
+        except OSError as exc:
+            return Outcome("error", error={"kind": "worker_start", "message": f"cannot start a worker process: {exc}"})
     if not executor.copies_arguments:
         args = private_copy(args)
-    deadline = trio.current_time() + timeout if timeout is not None else float("inf")
+    now = lent.now if lent is not None else trio.current_time  # the run's clock, read directly
+    deadline = now() + timeout if timeout is not None else float("inf")
     if lent is not None:
         # the lane worker's scope is the deadline (limits.LentDeadline): when it fires, the
         # Cancelled goes up to the worker, which settles this attempt as timed out
@@ -83,7 +86,7 @@ async def _attempt(ctx: RunContext, tool: ToolSpec, executor: Executor, args: di
             except Exception as exc:  # noqa: BLE001 - any failure of App code is a receipt, not a crash
                 failed = _failure(exc, tool)
         cancelled = scope.cancelled_caught
-    if cancelled or trio.current_time() > deadline:
+    if cancelled or (timeout is not None and now() > deadline):
         # a result (or a failure) that arrives after the deadline is never accepted
         return timed_out(timeout, executor)
     if failed is not None:
@@ -336,29 +339,70 @@ class GovernedCall:
         self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
         if ran.cache != "hit":
             start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
-            self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
-            ran.outcome, ran.attempts = await self.attempts.run()
+            lent = self.lent
+            if (lent is not None and self.frame is None and not self.meta and tool.max_in_flight is None
+                    and tool.per_second is None):
+                # nothing to wait for around the first try (no source limits, no audit) and its
+                # deadline the worker's lent scope: made here as ``_Attempts._one`` would make it,
+                # two coroutines less a call; the retry loop only goes on with a try that failed
+                # (or, from ``resume_timed_out``, one cut short)
+                if start_info is not None:
+                    ctx.services.before_start(start_info)  # type: ignore[misc]  # committed before the callable runs
+                token = set_pending(ctx.config.run_id, where.seq, where.item_key, where.call_key, 1,
+                                    ctx.config.labels, self.receipt_id)
+                executor = ctx.services.executors.for_tool(tool)  # type: ignore[union-attr]
+                try:
+                    outcome = await _attempt(ctx, tool, executor, self.args,
+                                             timeout_of(tool.timeout_s, ctx.config.default_timeout_s), None, lent)
+                finally:
+                    reset_current(token)
+                if outcome.status == "ok":
+                    ran.outcome, ran.attempts = outcome, 1
+                else:
+                    ran.outcome, ran.attempts = await self._tries(1).run(outcome)
+            else:
+                self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
+                ran.outcome, ran.attempts = await self.attempts.run()
             if ran.outcome.status == "ok":
                 ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
-        return await self._receipt()
+        receipt, value = self._receipt()
+        if ctx.contract.evidence is not None:
+            await give_evidence(ctx, receipt)
+        return receipt, value, ran.envelope
 
     async def resume_timed_out(self) -> tuple[Receipt, Any, dict | None]:
         """The attempt in flight ran out of time (its lent deadline fired): its retries, then the
         receipt."""
-        ran, attempts = self.ran, self.attempts
-        assert ran is not None and attempts is not None, "a call is cut short only while it is tried"
+        ran, attempts = self.ran, self.attempts or self._tries(1)  # a first try made by ``run`` itself
+        assert ran is not None, "a call is cut short only while it is tried"
         ran.outcome, ran.attempts = await attempts.run(timed_out(attempts.timeout, attempts.executor))
         if ran.outcome.status == "ok":
             ran.outcome, ran.envelope = _check_output(self.ctx, self.tool, ran.outcome)
-        return await self._receipt()
+        return await self._finished()
 
-    async def _receipt(self) -> tuple[Receipt, Any, dict | None]:
+    def _tries(self, made: int) -> _Attempts:
+        """The retry loop of a call whose first ``made`` tries ``run`` made itself."""
+        where = self.where
+        start_info = (where.seq, self.tool, self.args_sha) if self.ctx.services.before_start is not None else None
+        self.attempts = attempts = _Attempts(self.ctx, self.tool, self.args, self.meta, self.frame, start_info, where,
+                                             self.lent)
+        attempts.count = made
+        return attempts
+
+    async def _finished(self) -> tuple[Receipt, Any, dict | None]:
+        receipt, value = self._receipt()
+        if self.ctx.contract.evidence is not None:
+            await give_evidence(self.ctx, receipt)
+        return receipt, value, self.ran.envelope  # type: ignore[union-attr]
+
+    def _receipt(self) -> tuple[Receipt, Any]:
         ctx, tool, args, where, ran = self.ctx, self.tool, self.args, self.where, self.ran
         assert ran is not None
         value = ran.outcome.value if ran.outcome.status == "ok" else None
-        scrubber = _scrubber(ctx, tool, args, value, self.frame)
+        red = ctx.redactor(tool)
+        scrubber = _scrubber(ctx, red, args, value, self.frame)
         _store(ctx, tool, ran, value, scrubber)
-        shown_args, result, error, envelope = _shown(ctx, tool, args, value, ran, scrubber)
+        shown_args, result, error, envelope = _shown(red, args, value, ran, scrubber)
         receipt = Receipt(
             run_id=ctx.config.run_id, seq=where.seq, completion_seq=ctx.sequence.next_completion(),
             subagent=tool.subagent, tool=tool.id, parallel_batch_id=ctx.config.parallel_batch_id,
@@ -366,17 +410,16 @@ class GovernedCall:
             iteration=where.iteration, receipt_id=self.receipt_id, status=ran.outcome.status,
             abandoned=ran.outcome.abandoned, attempts=ran.attempts, cache=ran.cache, args_sha256=self.args_sha,
             args=shown_args, result=result, error=error, envelope=envelope, started_at=rfc3339(self.started),
-            finished_at=rfc3339(time.time()), duration_ms=round((time.perf_counter() - self.t0) * 1000, 3),
+            finished_at=rfc3339(time.time()), duration_ms=millis3((time.perf_counter() - self.t0) * 1000),
             approval=where.approval, isolation=isolation_of(tool),
-            child_run_id=ran.outcome.child_run_id or _cut_short_child_id(ctx, tool, ran, where.seq),
+            child_run_id=ran.outcome.child_run_id or (_cut_short_child_id(ctx, tool, ran, where.seq)
+                                                      if tool.kind == "plan" else None),
             taint=taint_of(ctx, tool),
         )
         if ctx.services.audit is not None:
             ctx.emit_audit("finished", **self.meta, status=receipt.status, attempts=ran.attempts, cache=ran.cache,
                            error=receipt.error, duration_ms=receipt.duration_ms)
-        if ctx.contract.evidence is not None:
-            await give_evidence(ctx, receipt)
-        return receipt, value, ran.envelope
+        return receipt, value
 
 
 def lane_call(ctx: RunContext, tool: ToolSpec, args: dict, lent: LentDeadline, *, seq: int, item_key: str | None,
@@ -442,10 +485,10 @@ class _Checked:
         self.cache.put(key, tool, result)
 
 
-def _scrubber(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:
-    """The values this call redacts, and those its dispatched calls redacted, are hidden wherever
-    they appear in what is written, not only at their pointers (a result may quote an argument)."""
-    red = ctx.redactor(tool)
+def _scrubber(ctx: RunContext, red: Redactor, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:
+    """The values this call redacts (``red``: its tool's redactor), and those its dispatched calls
+    redacted, are hidden wherever they appear in what is written, not only at their pointers (a
+    result may quote an argument)."""
     run_secrets = ctx.services.secrets  # credentials the run read, values a model proposed
     if not (red.active or (frame is not None and frame.secrets)):
         return run_secrets.scrubber if run_secrets else None
@@ -470,10 +513,10 @@ def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scr
         ran.flight.release(stored=stored)
 
 
-def _shown(ctx: RunContext, tool: ToolSpec, args: dict, value: Any, ran: _Ran,
+def _shown(red: Redactor, args: dict, value: Any, ran: _Ran,
            scrubber: Scrubber | None) -> tuple[Any, Any, dict | None, dict | None]:
-    """The receipt's ``args``, ``result``, ``error`` and ``envelope``, redacted."""
-    red = ctx.redactor(tool)
+    """The receipt's ``args``, ``result``, ``error`` and ``envelope``, redacted by ``red`` (the
+    tool's redactor)."""
     error = ran.outcome.error
     if error is not None:
         message = scrubber.text(error["message"]) if scrubber is not None else error["message"]

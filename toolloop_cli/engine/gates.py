@@ -107,6 +107,20 @@ def proposal_problem(ctx: RunContext, tool: ToolSpec, args: Any, *, ran_before: 
     return None
 
 
+def check_lane_call(tool: ToolSpec, args: Any, *, source: str) -> Go | Refuse | None:
+    """``check_call``'s answer for a call of a lane (``source`` "admitted" or "payload") when no
+    one needs to answer it, without a coroutine; None when its tool's approval gate covers it (then
+    ``check_call`` answers). A lane's calls are counted at admission and never tainted."""
+    lead = SOURCES[source]
+    if lead is not None:
+        problem = input_problem(tool, args)
+        if problem is not None:
+            return Refuse("invalid_input", f"{lead}: {problem}", args)
+    if tool.approval is None or not tool.approval.matches(args, tool.effect):
+        return Go(args)
+    return None
+
+
 async def check_call(ctx: RunContext, tool: ToolSpec, args: Any, *, source: str, item_key: str | None,
                      call_key: str | None, args_sha256: str | None = None) -> Go | Refuse | Wait:
     """The gates of one call, right before it starts (see the module's docstring).

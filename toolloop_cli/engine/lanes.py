@@ -15,7 +15,7 @@ from ..receipts import Receipt
 from .call import GovernedCall, execute_call, lane_call, not_run_receipt
 from .child_runs import ChildPaused, cut_short_child
 from .context import RunContext
-from .gates import Refuse, Wait, check_call
+from .gates import Refuse, Wait, check_call, check_lane_call
 from .limits import LentDeadline, Watchdog
 from .runstate import HaltPolicy, RunState
 from .settle import Settlement
@@ -69,48 +69,45 @@ class _LaneRun:
                 self._not_run(call, call.args, "skipped",
                               self.stop_reason or state.stopped_by or f"the batch was halted ({halt_text(state.halt)})")
                 continue
-            verdict = await self._gate(call)
+            # the gates (no coroutine unless a person may have to answer), then the call itself:
+            # awaited right here, so a call is as few coroutines deep as its governance needs
+            args, source = call.args, "admitted"
+            if args is None:  # fed from the lane payload, which earlier calls may have extended
+                args, source = project_payload(call.tool, self.payload or {}), "payload"
+            verdict = check_lane_call(call.tool, args, source=source)
+            if verdict is None:
+                verdict = await check_call(self.ctx, call.tool, args, source=source, item_key=call.item_key,
+                                           call_key=call.call_key, args_sha256=call.args_sha256)
             if isinstance(verdict, Wait):  # the lane pauses here: no receipts, so resume runs it
                 self._pause(call)
                 return
             if isinstance(verdict, Refuse):
                 self._refuse(call, verdict.args, verdict.status, verdict.message, verdict.approval)
                 continue
-            await self._run_call(call, verdict.args, verdict.approval)
-
-    async def _gate(self, call: AdmittedCall) -> Any:
-        args = call.args
-        source = "admitted"
-        if args is None:  # fed from the lane payload, which earlier calls may have extended
-            args = project_payload(call.tool, self.payload or {})
-            source = "payload"
-        return await check_call(self.ctx, call.tool, args, source=source, item_key=call.item_key,
-                                call_key=call.call_key, args_sha256=call.args_sha256)
+            args = self.current_args = verdict.args
+            sha = call.args_sha256 if args is call.args else None
+            try:
+                if self.lent is None:
+                    receipt, _value, envelope = await execute_call(
+                        self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
+                        args_sha256=sha, approval=verdict.approval)
+                else:
+                    self.in_call = governed = lane_call(
+                        self.ctx, call.tool, args, self.lent, seq=call.seq, item_key=call.item_key,
+                        call_key=call.call_key, args_sha256=sha, approval=verdict.approval)
+                    receipt, _value, envelope = await governed.run()
+                    self.in_call = None
+            except ChildPaused as paused:  # a child run waits for a person: the lane pauses with it
+                self.in_call = None
+                self._pause(call, paused.child_run_id)
+                return
+            self._ended(call, receipt, envelope)
 
     def _pause(self, call: AdmittedCall, child_run_id: str | None = None) -> None:
         for c in self.calls[self.pos:]:
             self.settlement.skip(c.seq)
         self.pos = len(self.calls)
         self.state.paused.append((call.item_key, call.call_key, child_run_id))
-
-    async def _run_call(self, call: AdmittedCall, args: Any, approval: dict | None = None) -> None:
-        self.current_args = args
-        sha = call.args_sha256 if args is call.args else None
-        try:
-            if self.lent is None:
-                receipt, _value, envelope = await execute_call(
-                    self.ctx, call.tool, args, seq=call.seq, item_key=call.item_key, call_key=call.call_key,
-                    args_sha256=sha, approval=approval)
-            else:
-                self.in_call = lane_call(self.ctx, call.tool, args, self.lent, seq=call.seq, item_key=call.item_key,
-                                         call_key=call.call_key, args_sha256=sha, approval=approval)
-                receipt, _value, envelope = await self.in_call.run()
-                self.in_call = None
-        except ChildPaused as paused:  # a child run waits for a person: the lane pauses with it
-            self.in_call = None
-            self._pause(call, paused.child_run_id)
-            return
-        self._ended(call, receipt, envelope)
 
     def timed_out(self) -> None:
         """The worker's lent deadline fired: the call in flight goes on (its retries, its receipt)
@@ -270,8 +267,10 @@ class _Feeder:
         self.stream, self.on_rejected = stream, on_rejected
         self.window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
         self.watchdog: Watchdog | None = None
+        #: the plan's lanes when nothing is streamed: taken by the workers without a coroutine
+        self.pending: Iterator[tuple] | None = None
         if stream is None:
-            pending = source.positions()
+            pending = self.pending = source.positions()
 
             async def take() -> tuple | None:
                 return next(pending, None)
@@ -305,10 +304,11 @@ class _Feeder:
                     while True:
                         if current is None:
                             if taken is None:
-                                taken = await self.take()
+                                taken = next(self.pending, None) if self.pending is not None else await self.take()
                                 if taken is None:
                                     return
-                            await self._within_window(taken[0])
+                            if taken[0] - self.window > self.settlement.emitted:
+                                await self._within_window(taken[0])
                             current = _LaneRun(self.ctx, taken[1], taken[2], self.settlement, state)
                             current.lent = lent
                             taken = None

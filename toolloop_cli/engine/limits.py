@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import trio
 
 
@@ -53,18 +55,21 @@ class LentDeadline:
     scope, settles the attempt as timed out outside it and opens a fresh one for what follows.
     """
 
-    __slots__ = ("scope", "at", "fired", "watchdog")
+    __slots__ = ("scope", "at", "fired", "watchdog", "now")
 
     def __init__(self, watchdog: Watchdog):
         self.watchdog = watchdog
         self.scope: trio.CancelScope | None = None
         self.at = float("inf")
         self.fired = False
+        #: the run's clock (``trio.current_time`` without its two calls of indirection)
+        self.now: Callable[[], float] = trio.current_time
         watchdog.lents.append(self)
 
     def lend(self, scope: trio.CancelScope) -> None:
         """The worker's scope from now on (a fresh one after a timeout or a halt)."""
         self.scope, self.at, self.fired = scope, float("inf"), False
+        self.now = trio.lowlevel.current_clock().current_time
 
     def start(self, deadline: float) -> None:
         """An attempt runs until ``deadline``; set ``at`` back to inf when it returns."""

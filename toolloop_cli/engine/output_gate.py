@@ -71,7 +71,7 @@ def _json_size(value: Any) -> tuple[int, str | None]:
             return len(json.dumps(value, allow_nan=False, separators=(",", ":"))), None
         except (TypeError, ValueError) as slow:
             return 0, f"{slow}"
-    if b"null" in raw and _non_finite(value):
+    if b"null" in raw and value is not None and _non_finite(value):  # orjson writes NaN as null
         return 0, "NaN or infinity is not a JSON number"
     return len(raw), None
 

@@ -194,6 +194,8 @@ class Settlement:
 
     def _emit(self, receipt: Receipt) -> None:
         self._hand_on(receipt)
+        if not self.children._by_parent:  # no dispatched receipt waits: nothing to look up
+            return
         for child in self.children.take(receipt.seq):
             self.counts[child.status] += 1
             self._hand_on(child)

@@ -44,6 +44,13 @@ class Executor:
     #: gives it back when the callable really ends, so an abandoned call keeps it; otherwise the
     #: call path gives it back when the attempt ends
     holds_slot: bool = False
+    #: the executor has a ``prepare`` step of its own; set for each subclass from whether it
+    #: overrides ``prepare``, so the call path awaits no coroutine for the base one's nothing
+    prepares: bool = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.prepares = cls.prepare is not Executor.prepare
 
     async def prepare(self, tool: ToolSpec, args: dict[str, Any]) -> Any:
         """What the call needs before its deadline starts (a worker process, a task started on a
