@@ -6,10 +6,13 @@ already of its type: importing pydantic and building some twenty adapters cost a
 ``toolloop run`` about as much CPU as the rest of parsing. Here a parameter whose value is plain
 (text for a text option, true or false for a flag, digits for a number, a word that is one of the choices, a path) is
 converted as the adapter would convert it; any other value, or any value the plain conversion
-doubts, goes to typer's own adapter, so a wrong value is refused with typer's own message. The
-one exception is a word that is not one of the choices: typer's adapter says so behind pydantic's
-"Value error, " prefix, so it is refused here, with typer's own words and nothing before them
-(``Invalid value for '--format' / '-f': 'xml' is not one of 'auto', 'table', 'jsonl', 'json'.``).
+doubts, goes to typer's own adapter, which decides whether it is taken. What is refused is said
+as the parser says it, not in pydantic's words: a word that is not one of the choices (typer's
+words without pydantic's "Value error, " before them: ``Invalid value for '--format' / '-f': 'xml'
+is not one of 'auto', 'table', 'jsonl', 'json'.``), and a number that is not one or is out of
+bounds (``Invalid value for '--max-concurrency' / '-j': 'many' is not a valid integer.``,
+``... '--port': 70000 is not in the range 0<=x<=65535.``), where typer's adapter would say "Input
+should be a valid integer, unable to parse string as an integer".
 
 The same conversion as typer's adapters: text stays the same text, a number is ``int()`` or
 ``float()`` of its digits within the option's bounds, a path is its path type built from the text
@@ -45,11 +48,36 @@ def _number(kind: type, info: Any) -> Callable[[Any, Any], Any]:
             number = value
         else:
             return _DOUBT
-        if (low is not None and number < low) or (high is not None and number > high):
+        if not _within(number, low, high):
             return _DOUBT
         return number
 
     return convert
+
+
+def _number_refusal(kind: type, info: Any) -> Callable[[Any], Refused | None]:
+    """What the parser says of text typer's adapter refused for a number option (None for a value
+    that is not text: a default in the code, not something a user typed)."""
+    word = "integer" if kind is int else "float"
+
+    def explain(value: Any) -> Refused | None:
+        if type(value) is not str:
+            return None
+        try:
+            number = kind(value.strip())
+        except ValueError:
+            number = None
+        if number is not None and not _within(number, info.min, info.max):
+            from typer._display import describe_number_range
+
+            return Refused(f"{number} is not in the range {describe_number_range(info.min, info.max)}.")
+        return Refused(f"{value!r} is not a valid {word}.")
+
+    return explain
+
+
+def _within(number: Any, low: Any, high: Any) -> bool:
+    return (low is None or number >= low) and (high is None or number <= high)
 
 
 def _text(value: Any, ctx: Any) -> Any:
@@ -111,12 +139,14 @@ class PlainParam:
     """A parameter's conversion: the plain one where it decides, typer's adapter otherwise
     (built only then)."""
 
-    __slots__ = ("_descriptor", "_leaf", "_many", "_full")
+    __slots__ = ("_descriptor", "_leaf", "_many", "_explain", "_full")
 
-    def __init__(self, descriptor: Any, leaf: Callable[[Any, Any], Any], many: bool) -> None:
+    def __init__(self, descriptor: Any, leaf: Callable[[Any, Any], Any], many: bool,
+                 explain: Callable[[Any], Refused | None] | None = None) -> None:
         self._descriptor = descriptor
         self._leaf = leaf
         self._many = many
+        self._explain = explain  # the parser's words for a value typer's adapter refuses
         self._full: Any = None
 
     def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
@@ -136,7 +166,22 @@ class PlainParam:
                 raise _refusal(one, param, ctx)
             if one is not _DOUBT:
                 return one
-        return self.full().coerce(value, param=param, ctx=ctx)
+        return self._typers(value, param, ctx, multi)
+
+    def _typers(self, value: Any, param: Any, ctx: Any, multi: bool) -> Any:
+        """typer's conversion of the value; a refusal of one value in the parser's words where
+        ``_explain`` has them."""
+        if self._explain is None or multi:
+            return self.full().coerce(value, param=param, ctx=ctx)
+        from typer._click.exceptions import BadParameter
+
+        try:
+            return self.full().coerce(value, param=param, ctx=ctx)
+        except BadParameter:
+            said = self._explain(value)
+            if said is None:
+                raise
+            raise _refusal(said, param, ctx) from None
 
     def full(self) -> Any:
         """typer's own conversion of this parameter (through its pydantic adapter)."""
@@ -170,7 +215,10 @@ def plain_param(descriptor: Any) -> PlainParam | None:
     elif origin is not None:
         return None
     leaf = _leaf(annotation, info)
-    return None if leaf is None else PlainParam(descriptor, leaf, many)
+    if leaf is None:
+        return None
+    numeric = (annotation is int or annotation is float) and not getattr(info, "clamp", False)
+    return PlainParam(descriptor, leaf, many, _number_refusal(annotation, info) if numeric else None)
 
 
 def install() -> None:
