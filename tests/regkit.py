@@ -110,3 +110,22 @@ def registry_yaml(*tools: str, subagent: str = "t", tool_timeout_s: int = 10, ma
 def openai_profile(base_url: str, key_env: str = "TL_TEST_KEY") -> str:
     """A flow-style profile for the OpenAI-compatible model server at ``base_url``."""
     return f"{{provider: openai, model: m, base_url: '{base_url}', api_key_env: {key_env}}}"
+
+
+def routed_plan_yaml(profile: str, goal: str, *, pause_on_no_progress: bool = False, registry: str = "reg.yml") -> str:
+    """A routed plan for subagent ``t`` whose router and final answer both use ``profile``, under
+    budgets no test reaches; ``pause_on_no_progress`` adds a supervisor that pauses the run when a
+    result repeats the one before."""
+    text = f"""version: 1
+registry: {registry}
+subagent: t
+mode: routed
+goal: {goal}
+router_profile: {profile}
+final_profile: {profile}
+budget: {{max_iterations: 6, max_tokens: 100000, max_tool_calls: 6, timeout_s: 60}}
+final_schema: {{type: object, required: [answer]}}
+"""
+    if pause_on_no_progress:
+        text += "supervisor:\n  rules:\n    - {when: no_progress, count: 1}\n  on_violation: pause\n"
+    return text

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from conftest import jsonl, write
-from regkit import openai_profile, registry_yaml
+from regkit import openai_profile, registry_yaml, routed_plan_yaml
 
 KEY = "sk-replay-pause-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -22,21 +22,7 @@ def setup(tmp_path, server):
     write(tmp_path / "reg.yml", registry_yaml("log_run"))
     profile = openai_profile(server.openai_base)
     # a result that repeats the one before pauses the run (no_progress): at turn 2 here
-    return write(tmp_path / "plan.yml", f"""
-        version: 1
-        registry: reg.yml
-        subagent: t
-        mode: routed
-        goal: Find x.
-        router_profile: {profile}
-        final_profile: {profile}
-        budget: {{max_iterations: 6, max_tokens: 100000, max_tool_calls: 6, timeout_s: 60}}
-        final_schema: {{type: object, required: [answer]}}
-        supervisor:
-          rules:
-            - {{when: no_progress, count: 1}}
-          on_violation: pause
-    """)
+    return write(tmp_path / "plan.yml", routed_plan_yaml(profile, "Find x.", pause_on_no_progress=True))
 
 
 def test_replay_goes_past_a_pause_the_recorded_run_was_resumed_past(tmp_path, model_server, cli):

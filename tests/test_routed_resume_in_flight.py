@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from conftest import jsonl, write
-from regkit import openai_profile, registry_yaml
+from regkit import openai_profile, registry_yaml, routed_plan_yaml
 from test_resume import wait_for
 from test_store import read_log
 
@@ -23,17 +23,7 @@ def setup(tmp_path, server):
     extra = {"log_gate": "effect: write  # toolloop: ignore[TL353] (nothing to approve in a test)\nmax_calls: 1"}
     write(tmp_path / "reg.yml", registry_yaml("log_gate", extra=extra))
     profile = openai_profile(server.openai_base)
-    return write(tmp_path / "plan.yml", f"""
-        version: 1
-        registry: reg.yml
-        subagent: t
-        mode: routed
-        goal: Write things.
-        router_profile: {profile}
-        final_profile: {profile}
-        budget: {{max_iterations: 6, max_tokens: 100000, max_tool_calls: 6, timeout_s: 60}}
-        final_schema: {{type: object, required: [answer]}}
-    """)
+    return write(tmp_path / "plan.yml", routed_plan_yaml(profile, "Write things."))
 
 
 def write_call(tmp_path, key: str) -> str:

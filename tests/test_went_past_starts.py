@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 from conftest import jsonl, write
-from regkit import openai_profile, registry_yaml
+from regkit import openai_profile, registry_yaml, routed_plan_yaml
 from test_resume import wait_for
 from test_store import read_log
 
@@ -26,21 +26,7 @@ def setup(tmp_path, server):
     extra = {"log_gate": "effect: write  # toolloop: ignore[TL353] (nothing to approve in a test)"}
     write(tmp_path / "reg.yml", registry_yaml("flaky", "log_gate", extra=extra))
     profile = openai_profile(server.openai_base)
-    return write(tmp_path / "plan.yml", f"""
-        version: 1
-        registry: reg.yml
-        subagent: t
-        mode: routed
-        goal: Write things.
-        router_profile: {profile}
-        final_profile: {profile}
-        budget: {{max_iterations: 6, max_tokens: 100000, max_tool_calls: 6, timeout_s: 60}}
-        final_schema: {{type: object, required: [answer]}}
-        supervisor:
-          rules:
-            - {{when: no_progress, count: 1}}
-          on_violation: pause
-    """)
+    return write(tmp_path / "plan.yml", routed_plan_yaml(profile, "Write things.", pause_on_no_progress=True))
 
 
 def decide(tool: str, **args: object) -> str:
