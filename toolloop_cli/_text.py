@@ -64,7 +64,9 @@ def counted(n: int, word: str, plural: str | None = None) -> str:
 
 def joined(parts: list[str]) -> str:
     """Parts as a sentence lists them: "a", "a and b", "a, b and c"."""
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1] if parts else ""
+    if len(parts) < 2:
+        return "".join(parts)
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def error_text(exc: BaseException) -> str:

@@ -15,7 +15,7 @@ from . import _help, _params
 from ._lazy_group import LazyCommands
 
 _params.install()  # plain command-line values are converted without pydantic (see _params)
-_help.install()  # an argument of several values is shown as PATH... (see _help)
+_help.install()  # PATH... for an argument of several values, PLAN not {PLAN} in usage (see _help)
 
 
 def _version(value: bool) -> None:

@@ -196,19 +196,25 @@ class _Attempts:
         ctx, tool = self.ctx, self.tool
         if tool.per_second is not None:
             await ctx.services.limits.rate((tool.subagent, tool.id), tool.per_second).acquire()
-        if self.start_info is not None and self.count == 1:
-            ctx.services.before_start(self.start_info)  # type: ignore[misc]  # committed before the callable runs
-        if ctx.services.audit is not None:
-            ctx.emit_audit("started", **self.meta, attempt=self.count)
-        w = self.where
-        token = set_pending(ctx.config.run_id, w.seq, w.item_key, w.call_key, self.count, ctx.config.labels,
-                            self.meta.get("receipt_id") or w.receipt_id)
+        token = _try_starts(ctx, self.where, self.start_info, self.meta, self.count)
         try:
             if self.frame is not None:
                 return await _attempt_with_children(ctx, tool, self.executor, self.args, self.timeout, slot, self.frame)
             return await _attempt(ctx, tool, self.executor, self.args, self.timeout, slot, self.lent)
         finally:
             reset_current(token)
+
+
+def _try_starts(ctx: RunContext, w: _Where, start_info: tuple | None, meta: dict, count: int) -> Any:
+    """What comes right before try ``count`` of a call: its at-most-once start marker committed
+    (the first try's), the audit's ``started``, and the call's identity set (``current_call()``
+    in the callable); the identity's token, for ``reset_current`` when the try ends."""
+    if start_info is not None and count == 1:
+        ctx.services.before_start(start_info)  # type: ignore[misc]  # committed before the callable runs
+    if ctx.services.audit is not None:
+        ctx.emit_audit("started", **meta, attempt=count)
+    return set_pending(ctx.config.run_id, w.seq, w.item_key, w.call_key, count, ctx.config.labels,
+                       meta.get("receipt_id") or w.receipt_id)
 
 
 def _check_output(ctx: RunContext, tool: ToolSpec, outcome: Outcome) -> tuple[Outcome, dict | None]:
@@ -338,7 +344,6 @@ class GovernedCall:
         # a call whose result is not cached needs nothing looked up (no coroutine to await)
         self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
         if ran.cache != "hit":
-            start_info = (where.seq, tool, self.args_sha) if ctx.services.before_start is not None else None
             lent = self.lent
             if (lent is not None and self.frame is None and not self.meta and tool.max_in_flight is None
                     and tool.per_second is None):
@@ -346,10 +351,7 @@ class GovernedCall:
                 # deadline the worker's lent scope: made here as ``_Attempts._one`` would make it,
                 # two coroutines less a call; the retry loop only goes on with a try that failed
                 # (or, from ``resume_timed_out``, one cut short)
-                if start_info is not None:
-                    ctx.services.before_start(start_info)  # type: ignore[misc]  # committed before the callable runs
-                token = set_pending(ctx.config.run_id, where.seq, where.item_key, where.call_key, 1,
-                                    ctx.config.labels, self.receipt_id)
+                token = _try_starts(ctx, where, self._start_info(), self.meta, 1)
                 executor = ctx.services.executors.for_tool(tool)  # type: ignore[union-attr]
                 try:
                     outcome = await _attempt(ctx, tool, executor, self.args,
@@ -361,8 +363,7 @@ class GovernedCall:
                 else:
                     ran.outcome, ran.attempts = await self._tries(1).run(outcome)
             else:
-                self.attempts = _Attempts(ctx, tool, self.args, self.meta, self.frame, start_info, where, self.lent)
-                ran.outcome, ran.attempts = await self.attempts.run()
+                ran.outcome, ran.attempts = await self._tries(0).run()
             if ran.outcome.status == "ok":
                 ran.outcome, ran.envelope = _check_output(ctx, tool, ran.outcome)
         receipt, value = self._receipt()
@@ -380,12 +381,14 @@ class GovernedCall:
             ran.outcome, ran.envelope = _check_output(self.ctx, self.tool, ran.outcome)
         return await self._finished()
 
+    def _start_info(self) -> tuple | None:
+        """What the at-most-once start marker is committed from, when the run commits them."""
+        return (self.where.seq, self.tool, self.args_sha) if self.ctx.services.before_start is not None else None
+
     def _tries(self, made: int) -> _Attempts:
-        """The retry loop of a call whose first ``made`` tries ``run`` made itself."""
-        where = self.where
-        start_info = (where.seq, self.tool, self.args_sha) if self.ctx.services.before_start is not None else None
-        self.attempts = attempts = _Attempts(self.ctx, self.tool, self.args, self.meta, self.frame, start_info, where,
-                                             self.lent)
+        """The retry loop of the call, after the first ``made`` tries ``run`` made itself."""
+        self.attempts = attempts = _Attempts(self.ctx, self.tool, self.args, self.meta, self.frame,
+                                             self._start_info(), self.where, self.lent)
         attempts.count = made
         return attempts
 

@@ -267,22 +267,18 @@ class _Feeder:
         self.stream, self.on_rejected = stream, on_rejected
         self.window = max(LOOKAHEAD_CALLS, 64 * max_concurrency)
         self.watchdog: Watchdog | None = None
-        #: the plan's lanes when nothing is streamed: taken by the workers without a coroutine
-        self.pending: Iterator[tuple] | None = None
-        if stream is None:
-            pending = self.pending = source.positions()
+        #: the plan's lanes when nothing is streamed: taken by the workers without a coroutine;
+        #: streamed lanes come from ``feed`` through a channel (``_fed``)
+        self.pending: Iterator[tuple] | None = source.positions() if stream is None else None
+        if stream is not None:
+            self.send, self._receive = trio.open_memory_channel(max_concurrency)
 
-            async def take() -> tuple | None:
-                return next(pending, None)
-        else:
-            self.send, receive = trio.open_memory_channel(max_concurrency)
-
-            async def take() -> tuple | None:
-                try:
-                    return await receive.receive()
-                except trio.EndOfChannel:
-                    return None
-        self.take = take
+    async def _fed(self) -> tuple | None:
+        """The next streamed lane ``feed`` admitted, or None when it has fed them all."""
+        try:
+            return await self._receive.receive()
+        except trio.EndOfChannel:
+            return None
 
     async def worker(self) -> None:
         # One cancel scope per worker, not per call: halt-now and signals cancel these, and the
@@ -304,7 +300,7 @@ class _Feeder:
                     while True:
                         if current is None:
                             if taken is None:
-                                taken = next(self.pending, None) if self.pending is not None else await self.take()
+                                taken = next(self.pending, None) if self.pending is not None else await self._fed()
                                 if taken is None:
                                     return
                             if taken[0] - self.window > self.settlement.emitted:

@@ -49,6 +49,10 @@ class Children:
     def add(self, parent_seq: int, receipt: Receipt) -> None:
         self._by_parent.setdefault(parent_seq, []).append(receipt)
 
+    def __bool__(self) -> bool:
+        """Whether any dispatched receipt waits for its parent's."""
+        return bool(self._by_parent)
+
     def take(self, parent_seq: int) -> list[Receipt]:
         """The receipts dispatched by the call ``parent_seq`` (and by those, depth first), in the
         order they finished; each is handed out once."""
@@ -194,7 +198,7 @@ class Settlement:
 
     def _emit(self, receipt: Receipt) -> None:
         self._hand_on(receipt)
-        if not self.children._by_parent:  # no dispatched receipt waits: nothing to look up
+        if not self.children:  # no dispatched receipt waits: nothing to look up
             return
         for child in self.children.take(receipt.seq):
             self.counts[child.status] += 1
