@@ -36,9 +36,6 @@ class Sink:
 
 def plan_file(tmp_path) -> str:
     write(tmp_path / "reg.yml", registry_yaml("echo", "flaky"))
-    # a result that repeats an earlier one pauses the run (no_progress): the first attempt's turn 1
-    # fails, so its turn 2 is the first ok; the resumed run's turn 1 (run again) is ok too, so its
-    # turn 2 repeats it
     return str(write(tmp_path / "plan.yml", """
         version: 1
         registry: reg.yml
@@ -50,10 +47,6 @@ def plan_file(tmp_path) -> str:
         final_profile: {provider: openai, model: m}
         budget: {max_iterations: 3, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}
         final_schema: {type: object, required: [answer]}
-        supervisor:
-          rules:
-            - {when: no_progress, count: 1}
-          on_violation: pause
     """))
 
 
@@ -83,27 +76,24 @@ def test_answers_a_resumed_run_went_past_are_not_the_runs(tmp_path, cli):
     assert summary["outcome"] == "paused" and summary["paused_by"]["budget"] == "max_iterations"
     assert [t for _n, t in answers_of(tmp_path, run_id)] == first_turns
 
-    # resumed with the failed call run again: it is ok now, turn 2's result repeats it, so the
-    # supervisor pauses the run at turn 2: turn 3's recorded answer was never this run's
-    second = ScriptedProvider([])
+    # resumed with the failed call run again: it is ok now, which the model was never told, so the
+    # answers recorded after it (turns 2 and 3, given on the failure) are not this run's: the model
+    # is asked anew from turn 2 and the run finishes on its new answers
+    second = ScriptedProvider([call("echo", key="fresh"), FINAL, '{"answer": 1}'])
     records, summary = go(tmp_path, second, run_id, retry_failed=True, raises={"max_iterations": 6})
-    assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "supervisor"
-    assert [(r["iteration"], r["rule"]) for r in records if r["type"] == "supervisor"][-1] == (2, "no_progress")
-    assert second.requests == []
-    assert answers_of(tmp_path, run_id) == [(1, first_turns[0]), (2, first_turns[1])]
-
-    # resumed again past the pause: turn 3 is asked anew, and the new answer is the run's
-    third = ScriptedProvider([call("echo", key="fresh"), FINAL, '{"answer": 1}'])
-    records, summary = go(tmp_path, third, run_id)
     assert summary["outcome"] == "final", summary
-    assert len(third.requests) == 3  # turn 3, turn 4 and the final answer: nothing stale reused
+    assert len(second.requests) == 3  # turn 2, turn 3 and the final answer: nothing stale reused
+    shown = second.requests[0].messages[-1]["content"]
+    # turn 2 is asked on the success, never on the failure
+    assert 'tool="flaky" status="ok"' in shown and "first try fails" not in shown, shown
     decisions = [r for r in records if r["type"] == "decision"]
-    assert decisions[2]["args"] == {"key": "fresh"}
-    # the call of the turn the run went past is not this run's either: turn 3's call runs
+    assert decisions[1]["args"] == {"key": "fresh"}
+    # the calls of the turns the run went past are not this run's either: turn 2's call runs
     receipts = [r for r in records if r["type"] == "receipt"]
-    assert receipts[2]["args"] == {"key": "fresh"} and receipts[2]["result"] == {"received": {"key": "fresh"}}
+    assert [(r["tool"], r["status"]) for r in receipts] == [("flaky", "ok"), ("echo", "ok")]
+    assert receipts[1]["args"] == {"key": "fresh"} and receipts[1]["result"] == {"received": {"key": "fresh"}}
     texts = [t for _n, t in answers_of(tmp_path, run_id)]
-    assert texts == [*first_turns[:2], call("echo", key="fresh"), FINAL, '{"answer": 1}']
+    assert texts == [first_turns[0], call("echo", key="fresh"), FINAL, '{"answer": 1}']
 
     state = str(tmp_path / "state")
     exported = jsonl(cli("runs", "export", run_id, "--state-dir", state).stdout)
@@ -113,11 +103,12 @@ def test_answers_a_resumed_run_went_past_are_not_the_runs(tmp_path, cli):
     # but what that path did is kept: the answer and the receipt of the call it made (an effect
     # that happened), under the manifest's went_past
     moved = exported[0]["went_past"]
-    assert [m["kind"] for m in moved] == ["model_answer", "receipt"]
-    assert moved[0]["ref"] == 3 and moved[0]["record"]["text"] == first_turns[2]
-    stale = moved[1]["record"]
+    assert [(m["kind"], m["ref"]) for m in moved] == [("model_answer", 2), ("model_answer", 3), ("receipt", 1),
+                                                      ("receipt", 2)], moved
+    assert [m["record"]["text"] for m in moved[:2]] == first_turns[1:]
+    stale = moved[3]["record"]
     assert stale["type"] == "receipt" and stale["status"] == "ok" and stale["args"] == {"key": "stale"}
-    assert moved[1]["ref"] == stale["seq"] == receipts[2]["seq"]
+    assert moved[2]["record"]["args"]["log"] == log + "2" and stale["seq"] == 2
     assert all(isinstance(m["at"], str) for m in moved)
     assert cli("runs", "verify", run_id, "--state-dir", state).returncode == 0
     shown = cli("runs", "show", run_id, "--state-dir", state, "--format", "jsonl")

@@ -67,15 +67,18 @@ def test_a_started_call_went_past_is_not_in_flight_for_the_resumed_run(tmp_path,
     assert rows(tmp_path, "SELECT seq FROM starts") == [(2,)]
     (tmp_path / "gate").touch()
 
-    # second attempt: turn 1 runs again and is ok now, so turn 2's result repeats it and the
-    # supervisor pauses the run there: the first attempt's turn 3 (its answer, its write's start)
-    # is a path this run did not take
+    # second attempt: turn 1 runs again and is ok now, which the model was never told, so the
+    # first attempt's turns 2 and 3 (their answers, turn 2's receipt, turn 3's write's start) are a
+    # path this run did not take; asked anew, the model repeats turn 1's result and the supervisor
+    # pauses the run there
     asked = len(model_server.requests)
+    model_server.script(decide("flaky", log=flog + "2", key="a", marker=marker))
     paused = cli("resume", run_id, "--retry-failed", "--format", "jsonl", env={"TL_TEST_KEY": KEY})
     assert paused.returncode == 4, paused.stderr.decode()
-    assert len(model_server.requests) == asked  # the recorded answers were reused
+    assert len(model_server.requests) == asked + 1  # turn 1's answer was reused, turn 2 asked anew
     assert rows(tmp_path, "SELECT seq FROM starts") == []  # no call of the run's own is in flight
-    assert rows(tmp_path, "SELECT kind, ref FROM went_past") == [("model_answer", 3), ("start", 2)]
+    assert rows(tmp_path, "SELECT kind, ref FROM went_past ORDER BY n") == [
+        ("model_answer", 2), ("model_answer", 3), ("receipt", 1), ("start", 2)]
 
     # third attempt, past the pause: the write the model now proposes at that seq never started: it runs
     model_server.script(decide("log_gate", log=log, key="new", gate=gate), FINAL, '{"answer": 1}')

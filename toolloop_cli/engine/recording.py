@@ -93,6 +93,17 @@ class Recording:
         return resume_action(status, in_flight_write=in_flight, retry_failed=self.retry_failed,
                              retry_interrupted=self.retry_interrupted)
 
+    def replaced_receipt(self, seq: int, tool: object) -> dict | None:
+        """On resume, the recorded receipt of a call that runs again instead of keeping it
+        (``--retry-failed``, ``--retry-interrupted``, a cancelled call): what the model was told
+        of it is what the recorded answers after it were given on (``LoopCalls._observe``)."""
+        if self.replay:
+            return None
+        rec = self.receipts.get(seq)
+        if rec is None or rec.get("tool") != getattr(tool, "id", None) or self.action(seq, tool) == "keep":
+            return None
+        return rec
+
     def kept_receipt(self, seq: int, tool: object) -> dict | None:
         """On resume, the settled receipt the call keeps instead of running again."""
         return self.receipts[seq] if self.action(seq, tool) == "keep" else None

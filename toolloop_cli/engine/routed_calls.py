@@ -25,11 +25,25 @@ from .rerun import IN_FLIGHT, counts_as_made
 class LoopCalls:
     """The routed runner's calls (a part of ``RoutedRunner``)."""
 
+    #: on resume, the recorded receipt the call being settled replaces (it runs again), or None
+    _replaced: dict | None = None
+
     async def _observe(self, it: int, tool: str, receipt: Receipt) -> Observation:
-        """What the model sees of a receipt, after the observation guardrails."""
+        """What the model sees of a receipt, after the observation guardrails. A call run again
+        on resume whose observation differs from what the model was told of its recorded receipt
+        ends the reuse of the recorded answers: they were given on what the model no longer sees."""
+        observation = await self._observed(it, tool, receipt, record=True)
+        replaced, self._replaced = self._replaced, None
+        if replaced is not None and replaced.get("seq") == receipt.seq and self.models.replaying:
+            told = await self._observed(it, tool, Receipt.from_record(replaced), record=False)
+            if told != observation:
+                self.models.went_past()
+        return observation
+
+    async def _observed(self, it: int, tool: str, receipt: Receipt, *, record: bool) -> Observation:
         value = receipt.result if receipt.status == "ok" else receipt.error
         acts = await check_observation(self.spec.observation_guards, tool, receipt.status, value)
-        for act in acts:
+        for act in acts if record else ():
             self._record_guard(it, act.guard, tool, act.action, act.reason)
         if acts and acts[-1].action == "block":
             return observe_withheld(it, tool, receipt.status, acts[-1].reason or "blocked", args=receipt.args)
@@ -65,6 +79,7 @@ class LoopCalls:
                 run.ctx.ledger.count(tool)
             self._count(tool, args, kept)
             return kept
+        self._replaced = self.recording.replaced_receipt(seq, tool) if self.recording is not None else None
         refused = self.recording.fork.refusal(it, tool) if self.recording and self.recording.fork else None
         if refused is not None:  # a fork's live turns make no write unless asked to
             self.seq += 1
