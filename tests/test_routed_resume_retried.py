@@ -234,3 +234,44 @@ def test_answers_set_aside_are_not_charged_and_the_run_finishes_on_the_new_ones(
     assert loop["tokens"] == {"input": 100 + 7 + 7, "output": 50 + 3 + 3}
     assert loop["tool_calls"] == 1 and set(loop["per_tool"]) == {"flaky"}
     assert [(r["tool"], r["status"]) for r in records if r["type"] == "receipt"] == [("flaky", "ok")]
+
+
+# -- what the model is shown, after the observation guardrails ---------------------------------------
+
+def counted_plan(tmp_path, guards: str) -> None:
+    """A lookup that fails with another message each time it runs (``failure 1``, ``failure 2``…),
+    and a run that pauses after two turns."""
+    write(tmp_path / "reg.yml", registry_yaml("echo", "boom").replace("testapp.tools:boom", "testapp.tools:fail_then_ok"))
+    write(tmp_path / "plan.yml", f"""
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Find x.
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {{max_iterations: 2, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}}
+        final_schema: {{type: object, required: [answer]}}
+        {guards}
+    """)
+
+
+def test_another_error_goes_past_unless_the_guardrails_show_the_model_the_same(tmp_path):
+    for shown_as, guards in (("another error", ""), ("the same", "guardrails: {observations: [testapp.guards:block_errors]}")):
+        here = tmp_path / shown_as.replace(" ", "_")
+        counted_plan(here, guards)
+        lookup = decide("boom", path=str(here / "count"), failures=5)
+        _records, summary = go(here, ScriptedProvider([lookup, decide("echo", key="recorded")]))
+        run_id = summary["run_id"]
+        assert summary["outcome"] == "paused", summary
+
+        fresh = ScriptedProvider([decide("echo", key="fresh"), FOUND, ANSWER])
+        records, summary = go(here, fresh, run_id, retry_failed=True, raises={"max_iterations": 6})
+        assert summary["outcome"] == "final", summary
+        receipts = [r for r in records if r["type"] == "receipt"]
+        assert receipts[0]["error"]["message"].endswith("failure 2")  # it ran again, and failed otherwise
+        echoed = [r["args"]["key"] for r in receipts[1:]]
+        if shown_as == "another error":  # the model is asked anew from turn 2, on the new error
+            assert echoed == ["fresh"] and len(fresh.requests) == 3
+        else:  # both errors are withheld alike: turn 2's recorded answer and call are the run's
+            assert echoed == ["recorded", "fresh"] and len(fresh.requests) == 3

@@ -3,7 +3,9 @@ the provider says it may be (connection errors, 429, 5xx, honouring ``Retry-Afte
 ``model_answer`` records, and answered from the journal first when a run is resumed (a recorded
 answer is reused when it was asked in the same place, by the same role: resume has already
 checked that the plan and the contract are the ones the run used; a request's wording still
-differs in what it says of the time left).
+differs in what it says of the time left, so it is not compared. What can differ is a call the
+resume runs again: the routed runner ends the reuse, ``went_past``, when the model would be shown
+another observation of it than the one the recorded answers after it were given on).
 
 Providers make one request each and keep no deadline of their own; this module owns both. It
 also says, for a person, which profile failed and why (``ProviderFailed``), and what a reply's
@@ -59,8 +61,9 @@ class ModelCalls:
     ``recorded`` are the answers a resumed run already has, in order: each is reused while the run
     asks the same requests in the same order, and the first mismatch ends their reuse. The
     recorded answers the run then goes past are not its own: ``drop`` forgets them in the journal
-    (from the mismatch on, before the new answer takes its number; or, at the end of a run that
-    ended before reaching them, through ``went_past``).
+    (from the mismatch on, before the new answer takes its number; or through ``went_past``, when
+    a call run again changed what the model is shown, or at the end of a run that ended before
+    reaching them). Their tokens are never charged: an answer is charged when it is reused.
     """
 
     def __init__(self, providers: Mapping[str, Any], *, run_id: str, journal: Callable[[dict], Awaitable[None]],
@@ -138,7 +141,8 @@ class ModelCalls:
 
     def went_past(self) -> None:
         """The run will reuse none of the recorded answers it has not reused yet (it went another
-        way, or it ended before reaching them): they are dropped from the journal."""
+        way, a call run again shows the model something else than they were given on, or it ended
+        before reaching them): they are dropped from the journal."""
         left, self._recorded = self._recorded, []
         first = left[0].get("n") if left else None
         if isinstance(first, int) and self._drop is not None:

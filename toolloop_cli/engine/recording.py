@@ -55,7 +55,9 @@ class Fork:
 @dataclass
 class Recording:
     """What a resumed routed run already has in its journal: model answers to reuse, receipts to
-    keep (by seq), the at-most-once writes that had started, and how the resume treats them."""
+    keep (by seq), the at-most-once writes that had started, and how the resume treats them. A
+    receipt not kept (the call runs again) is still what the model was told of that call: the
+    answers after it are reused only while the new receipt shows the model the same."""
 
     answers: list[dict]
     receipts: dict[int, dict]
