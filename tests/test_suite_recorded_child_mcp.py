@@ -117,3 +117,30 @@ def test_a_recorded_case_whose_child_plan_has_mcp_tools_starts_no_server(tmp_pat
     write(tmp_path / "suite.yml", (tmp_path / "suite.yml").read_text().replace("tools: recorded", "tools: live"))
     cli("test", str(tmp_path / "suite.yml"))
     assert starts(tmp_path) > before
+
+
+def test_an_export_leaves_out_a_name_two_registries_offer_differently():
+    """The offers of the run and of every run under it, at any depth, by "subagent/tool"; one that
+    a child's registry offers otherwise than another is left out (its server is listed again)."""
+    from toolloop_cli.engine.replay import _offered
+
+    def offer(text: str) -> dict:
+        return {"name": "echo", "description": text, "input_schema": {"type": "object"}}
+
+    snapshots = {
+        "top": {"t/srv": {"offered": offer("top")}, "t/same": {"offered": offer("same")}},
+        "kid": {"k/srv": {"offered": offer("kid")}, "t/srv": {"offered": offer("another server")},
+                "t/same": {"offered": offer("same")}},
+        "grandkid": {"g/deep": {"offered": offer("deep")}, "g/plain": {"server_tool": "x"}},
+    }
+    below = {"kid": ["grandkid"]}
+
+    class Journal:
+        def contract_of(self, run_id):
+            return {"mcp_tools": snapshots[run_id]}
+
+        def receipts_of(self, run_id):
+            return [{"seq": 0, "child_run_id": c} for c in below.get(run_id, [])] + [{"seq": 1, "child_run_id": None}]
+
+    got = _offered(Journal(), "top", ["kid"])
+    assert got == {"t/same": offer("same"), "k/srv": offer("kid"), "g/deep": offer("deep")}
