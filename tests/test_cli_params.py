@@ -133,8 +133,13 @@ def test_a_command_does_not_import_typers_adapters(tmp_path):
      "Invalid value for '--max-concurrency' / '-j': '1.5' is not a valid integer."),
     (["validate", "reg.yml", "-j", ""], "Invalid value for '--max-concurrency' / '-j': '' is not a valid integer."),
     (["run", "plan.yml", "--max-output-bytes", "1e3"], "Invalid value for '--max-output-bytes': '1e3' is not a valid integer."),
-    (["run", "plan.yml", "--timeout", "soon"], "Invalid value for '--timeout': 'soon' is not a valid float."),
-    (["call", "reg.yml", "t", "--timeout", "1,5"], "Invalid value for '--timeout': '1,5' is not a valid float."),
+    (["run", "plan.yml", "--timeout", "soon"], "Invalid value for '--timeout': 'soon' is not a valid number of seconds."),
+    (["call", "reg.yml", "t", "--timeout", "1,5"],
+     "Invalid value for '--timeout': '1,5' is not a valid number of seconds."),
+    (["validate", "reg.yml", "--timeout", "10s"],
+     "Invalid value for '--timeout': '10s' is not a valid number of seconds."),
+    (["mcp", "serve", "reg.yml", "--timeout", "later"],
+     "Invalid value for '--timeout': 'later' is not a valid number of seconds."),
     (["serve", "--port", "70000"], "Invalid value for '--port': 70000 is not in the range 0<=x<=65535."),
     (["serve", "--port", "http"], "Invalid value for '--port': 'http' is not a valid integer."),
     (["mcp", "serve", "reg.yml", "--max-calls", "-1"], "Invalid value for '--max-calls': -1 is not in the range x>=0."),
@@ -178,3 +183,26 @@ def test_a_word_that_is_not_a_choice_says_what_was_given_and_what_is_allowed(tmp
         option = "'--format' / '-f'" if "--approve" not in args else "'--approve'"
         assert done.stderr.splitlines()[-1] == f"Error: Invalid value for {option}: {said}", done.stderr
         assert done.stderr.startswith(f"Usage: python -m toolloop_cli {args[0]} [OPTIONS]")
+
+
+def test_every_fractional_number_option_counts_seconds_and_a_wrong_one_says_so():
+    """A person reads what an option counts, not the type it is parsed as: each option that takes
+    a fraction is a number of seconds (``SECONDS``), and what it refuses says so."""
+    floats = [(name, cmd, p) for name, cmd, p in PARAMS if p.type_descriptor.annotation is float]
+    assert {name.rsplit(" ", 1)[-1] for name, _, _ in floats} == {"timeout"} and len(floats) >= 4
+    for name, cmd, p in floats:
+        assert p.metavar == "SECONDS", name
+        plain = _params.plain_param(p.type_descriptor)
+        with pytest.raises(BadParameter) as refused:
+            plain.coerce("soon", p, Context(cmd))
+        assert refused.value.format_message() == "Invalid value for '--timeout': 'soon' is not a valid number of seconds.", name
+
+
+def test_a_fraction_that_counts_no_seconds_is_refused_as_a_number():
+    """The wording a number option that does not count seconds would get: a number, never "float"."""
+    from types import SimpleNamespace
+
+    explain = _params._number_refusal(float, SimpleNamespace(min=None, max=None, metavar="RATIO"))
+    assert explain("half") == "'half' is not a valid number."
+    assert _params._number_refusal(int, SimpleNamespace(min=None, max=None, metavar="N"))("two") == \
+        "'two' is not a valid integer."

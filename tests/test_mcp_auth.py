@@ -453,6 +453,7 @@ def test_documents_naming_plain_http_elsewhere_are_not_used(creds, monkeypatch):
 def test_of_several_authorization_servers_the_first_listed_is_used(creds, monkeypatch, tmp_path):
     import trio
 
+    from toolloop_cli import contract
     from toolloop_cli.contract import mcp_auth, mcp_tokens
     from toolloop_cli.contract.models import McpDecl
 
@@ -466,7 +467,7 @@ def test_of_several_authorization_servers_the_first_listed_is_used(creds, monkey
         return {"issuer": "https://first.example.com/tenant", "token_endpoint": "https://first.example.com/token"}
 
     monkeypatch.setattr(mcp_auth, "_first_document", documents)
-    monkeypatch.setattr(mcp_tokens, "_folder", tmp_path / "state")
+    monkeypatch.setattr(contract, "_state_folder", str(tmp_path / "state"))
     decl = McpDecl.model_validate({"url": "http://127.0.0.1:1/mcp", "allow": ["x"], "auth": {
         "client_credentials": {"client_id_env": "TICKETS_CLIENT_ID", "client_secret_env": "TICKETS_CLIENT_SECRET"}}})
     auth = mcp_auth.ClientCredentials(decl)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import weakref
 from typing import Any, Iterable
 
 REDACTED = "[REDACTED]"
@@ -48,6 +50,27 @@ def hold_credentials(values: Iterable[str]) -> None:
 
 def held_credentials() -> list[str]:
     return list(_HELD)
+
+
+#: the live runs' secrets (anything with ``add(values)``, held weakly), told of each credential
+#: learnt while they go (an MCP server's client-credential token): kept here, below every layer,
+#: so a run registers without loading MCP's modules
+_WATCHERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_WATCHING = threading.Lock()
+
+
+def watch_credentials(secrets: Any) -> None:
+    """``secrets`` is told (``secrets.add([value])``) of every credential learnt from now on."""
+    with _WATCHING:
+        _WATCHERS.add(secrets)
+
+
+def tell_credentials(values: list[str]) -> None:
+    """Credentials learnt now: every watcher alive is told of them."""
+    with _WATCHING:
+        watchers = list(_WATCHERS)
+    for watcher in watchers:
+        watcher.add(values)
 
 
 def _forms(secret: str) -> set[str]:

@@ -324,7 +324,7 @@ class ManifestRecord(_Record):
     counts: ExportCounts
     not_captured: NotCaptured
     went_past: Optional[list[WentPast]] = None  # only when the run went past any
-    mcp_tools: Optional[dict[str, McpOffer]] = None  # "subagent/tool": only when the run has MCP tools
+    mcp_tools: Optional[dict[str, McpOffer]] = None  # "subagent/tool": only when the run (or a child run) has MCP tools
 
 
 class OutputRecord(BaseModel):

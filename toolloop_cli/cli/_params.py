@@ -11,8 +11,9 @@ as the parser says it, not in pydantic's words: a word that is not one of the ch
 words without pydantic's "Value error, " before them: ``Invalid value for '--format' / '-f': 'xml'
 is not one of 'auto', 'table', 'jsonl', 'json'.``), and a number that is not one or is out of
 bounds (``Invalid value for '--max-concurrency' / '-j': 'many' is not a valid integer.``,
-``... '--port': 70000 is not in the range 0<=x<=65535.``), where typer's adapter would say "Input
-should be a valid integer, unable to parse string as an integer".
+``... '--timeout': 'soon' is not a valid number of seconds.``, ``... '--port': 70000 is not in
+the range 0<=x<=65535.``), where typer's adapter would say "Input should be a valid integer,
+unable to parse string as an integer" (and click "'soon' is not a valid float.").
 
 The same conversion as typer's adapters: text stays the same text, a number is ``int()`` or
 ``float()`` of its digits within the option's bounds, a path is its path type built from the text
@@ -57,8 +58,11 @@ def _number(kind: type, info: Any) -> Callable[[Any, Any], Any]:
 
 def _number_refusal(kind: type, info: Any) -> Callable[[Any], Refused | None]:
     """What the parser says of text typer's adapter refused for a number option (None for a value
-    that is not text: a default in the code, not something a user typed)."""
-    word = "integer" if kind is int else "float"
+    that is not text: a default in the code, not something a user typed). A person reads what
+    the option counts, not the type it is parsed as: seconds for an option whose metavar is
+    ``SECONDS``, else a number; an integer is said as one, where a fraction is no answer."""
+    word = "integer" if kind is int else (
+        "number of seconds" if getattr(info, "metavar", None) == "SECONDS" else "number")
 
     def explain(value: Any) -> Refused | None:
         if type(value) is not str:

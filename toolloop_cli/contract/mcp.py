@@ -11,7 +11,7 @@ unless the registry pins them; with ``trusted: true`` its annotations give the t
 fills in the tool specs (validators compiled like any other) and, when a ``toolloop.lock`` beside
 the registry holds the schema hashes of MCP tools, refuses a server whose tools' schemas changed
 (TL372). Admission itself starts nothing: listing the servers is a step of its own, run by whoever
-owns the event loop before admission (``discovered`` here, ``mcp_servers.discovered_async``), and admission reads what it
+owns the event loop before admission (``discovered``, ``mcp_servers.discovered_async``), and admission reads what it
 found (a ``Listing``). The servers listed are kept for the run that follows (``mcp_servers.py``),
 so a run starts each server once.
 """
@@ -25,12 +25,14 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Iterable, Iterator, Mapping
 
 from .._canonical import sha256_of
 from .._secrets import Scrubber, credential_parts
 from .._text import listing, quoted
 from .compiled import SubagentSpec, ToolSpec
+# the discovery step's hand-off lives in a light module of its own; its callers may import it from here
+from .mcp_discovery import RECORDED, Listing, ServersNeeded, discovered, listed  # noqa: F401
 from .mcp_tokens import unset_variables
 from .problems import Collector, Problem
 from .schemas import check_refs, compile_validator, meta_errors
@@ -38,7 +40,6 @@ from .schemas import check_refs, compile_validator, meta_errors
 INSTALL_LINE = "pip install 'toolloop-cli[mcp]'"
 LOCK_NAME = "toolloop.lock"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-T = TypeVar("T")
 
 
 class McpConfigError(Exception):
@@ -240,46 +241,6 @@ def read_locked_hashes(registry_file: str | os.PathLike | None) -> dict[str, str
     return hashes if isinstance(hashes, dict) and hashes else None
 
 
-class ServersNeeded(Exception):
-    """Admission needs what MCP servers offer, and the listing it was given lacks these servers:
-    the caller lists them (the discovery step, ``mcp_servers.discovered``) and admits again."""
-
-    def __init__(self, decls: list[Any]):
-        super().__init__(f"{len(decls)} MCP server(s) to list first")
-        self.decls = decls
-
-
-#: what the discovery step found, by ``server_key``: the server's tools (name -> the SDK's Tool,
-#: secrets hidden), or the message saying why it could not be started, reached or listed
-Listing = Mapping[tuple, "dict[str, Any] | str"]
-
-
-def discovered(admit: Callable[[Listing], T], servers: dict[tuple, Any] | None = None) -> T:
-    """``admit(listing)`` with the MCP discovery step before it, for a caller with no event loop
-    of its own: admission reads what the servers offer, and when it needs a server the listing
-    lacks (``ServersNeeded``; a child plan's registry may name more) that server is listed
-    (``mcp_servers.list_servers_blocking``) and admission runs again. Nothing is read from a
-    lane stream before ``ServersNeeded`` is raised, so admitting again reads every lane once.
-    ``servers``, when given, is a listing kept across admissions and filled in here."""
-    servers = {} if servers is None else servers
-    while True:
-        try:
-            return admit(servers)
-        except ServersNeeded as need:
-            servers.update(listed(need.decls))
-
-
-def listed(decls: Iterable[Any]) -> dict[tuple, Any]:
-    """The discovery step for a caller with no event loop of its own: what each server offers
-    (the MCP host, and trio, are loaded only when there is a server to list)."""
-    decls = list(decls)
-    if not decls:
-        return {}
-    from .mcp_servers import list_servers_blocking
-
-    return list_servers_blocking(decls)
-
-
 def _wanted(sub: SubagentSpec, locked: Mapping[str, str] | None, hashes: dict[str, str] | None) -> list[ToolSpec]:
     """The MCP tools of ``sub`` whose servers must be listed: those taking something from their
     server, those ``locked`` records, or all of them when ``hashes`` are asked for."""
@@ -381,11 +342,6 @@ def resolve_server_tools(sub: SubagentSpec, servers: Listing, *, locked: Mapping
     if filled:
         sub = replace(sub, tools={**sub.tools, **filled})
     return sub, problems
-
-
-#: the key of a listing under which a recorded test case gives what each MCP tool's server
-#: offered when the case was recorded ("subagent/tool" -> ``offer_record``)
-RECORDED = ("recorded",)
 
 
 def _with_recorded(sub: SubagentSpec, by_server: dict[tuple, list[ToolSpec]], servers: Listing) -> Listing:

@@ -18,16 +18,16 @@ import json
 import os
 import threading
 import time
-import weakref
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
 
+from .._secrets import tell_credentials, watch_credentials
+from . import use_state_folder  # noqa: F401  (where callers have always found it)
+
 CACHE_NAME = "mcp-tokens.json"
 
-_folder: Path | None = None
 _KNOWN: dict[tuple[str, str], set[str]] = {}  # (server url, client id) -> tokens sent or read
-_WATCHERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _LOCK = threading.Lock()
 
 
@@ -36,16 +36,13 @@ def now() -> float:
     return time.time()
 
 
-def use_state_folder(folder: str | os.PathLike[str] | None) -> None:
-    """The state folder whose token file later requests use (a command's ``--state-dir``); None:
-    ``TOOLLOOP_STATE_DIR``, else ``./.toolloop``."""
-    global _folder
-    _folder = Path(folder) if folder else None
-
-
 def cache_path() -> Path:
-    folder = _folder if _folder is not None else Path(os.environ.get("TOOLLOOP_STATE_DIR") or ".toolloop")
-    return folder / CACHE_NAME
+    """The token file of the state folder ``use_state_folder`` named (a command's ``--state-dir``;
+    None: ``TOOLLOOP_STATE_DIR``, else ``./.toolloop``)."""
+    from . import state_folder
+
+    folder = state_folder()
+    return Path(folder if folder is not None else os.environ.get("TOOLLOOP_STATE_DIR") or ".toolloop") / CACHE_NAME
 
 
 # ------------------------------------------------------------------------------ the variables
@@ -88,16 +85,13 @@ def learn(server_url: str, client_id: str, token: str) -> None:
         if token in tokens:
             return
         tokens.add(token)
-        watchers = list(_WATCHERS)
-    for watcher in watchers:
-        watcher.add([token])
+    tell_credentials([token])
 
 
 def watch(secrets: Any) -> None:
     """``secrets`` (anything with ``add(values)``, held weakly) is told of every token learnt
-    from now on."""
-    with _LOCK:
-        _WATCHERS.add(secrets)
+    from now on (a run's secrets register below every layer, ``_secrets.watch_credentials``)."""
+    watch_credentials(secrets)
 
 
 # ------------------------------------------------------------------------------ where to send

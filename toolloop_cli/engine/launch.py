@@ -91,7 +91,7 @@ class Launch:
 
     def __init__(self, state_dir: str | os.PathLike[str] | None = None):
         self.state_dir = os.fspath(state_dir) if state_dir is not None else None
-        from ..contract.mcp_tokens import use_state_folder
+        from ..contract import use_state_folder
 
         use_state_folder(self.state_dir)  # where MCP servers' client-credential tokens are kept
         self.store: Any = None
@@ -120,7 +120,7 @@ class Launch:
         are admitted (bounded memory) unless ``stream`` admits each as it starts, or
         ``journal_lanes`` is off (a dry run); the store is opened and the run id chosen for that.
         Raises ConfigError with every finding (nothing journaled is left behind)."""
-        from ..contract.mcp import discovered
+        from ..contract.mcp_discovery import discovered
         from ..plan.admit import admit_plan
 
         spool = None
@@ -285,7 +285,7 @@ class Launch:
         every model answer, and the tool results it gives, from the case's fixture; None: the case
         runs live). ``recorded_mcp``: what each MCP tool's server offered when the case was recorded
         ("subagent/tool" -> offer), admitted from instead of listing those servers. Raises ConfigError."""
-        from ..contract.mcp import RECORDED, discovered
+        from ..contract.mcp_discovery import RECORDED, discovered
         from ..plan.admit import admit_plan
 
         admitted = discovered(lambda servers: admit_plan(

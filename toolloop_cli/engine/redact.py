@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable
 
-from .._secrets import REDACTED, Scrubber, scrub
+from .._secrets import REDACTED, Scrubber, scrub, watch_credentials
 
 __all__ = ["REDACTED", "Redactor", "RunSecrets", "Scrubber", "scrub", "scrub_record"]
 
@@ -134,12 +134,10 @@ class RunSecrets:
     __slots__ = ("_values", "_scrubber", "__weakref__")
 
     def __init__(self, values: Iterable[Any] = ()):
-        from ..contract.mcp_tokens import watch
-
         self._values: set[str] = set()
         self._scrubber: Scrubber | None = None
         self.add(values)
-        watch(self)  # tokens an MCP server's client credentials yield while the run goes
+        watch_credentials(self)  # tokens an MCP server's client credentials yield while the run goes
 
     def add(self, values: Iterable[Any]) -> None:
         new = {v for v in values if isinstance(v, str) and v and v != REDACTED} - self._values
@@ -214,10 +212,13 @@ def run_credentials(contract: Any, environ: Any) -> list[str]:
     token inside each ``Bearer TOKEN``), toolloop's own tokens and those the process holds. Model
     keys are added by the routed runner, which knows its profiles."""
     from .._secrets import credential_parts, held_credentials
-    from ..contract.mcp import secrets as header_secrets
 
     decls = [t.mcp for s in contract.subagents.values() for t in s.tools.values() if t.mcp is not None]
-    found = header_secrets(decls, environ) if decls else []
+    found: list[str] = []
+    if decls:  # MCP's modules load only for a contract with a server
+        from ..contract.mcp import secrets as header_secrets
+
+        found = header_secrets(decls, environ)
     for var in _CREDENTIAL_VARS:
         if environ.get(var):
             found.extend(credential_parts(environ[var]))

@@ -289,11 +289,32 @@ def export_records(store: Store, run: dict) -> list[dict]:
         manifest["went_past"] = went_past
     # what each MCP tool's server offered when the run was admitted: a recorded test case is
     # admitted from it, with no server
-    offered = {name: t["offered"] for name, t in ((store.contract_of(run["run_id"]) or {}).get("mcp_tools") or {}).items()
-               if isinstance(t, dict) and isinstance(t.get("offered"), dict)}
+    offered = _offered(store, run["run_id"], children)
     if offered:
         manifest["mcp_tools"] = offered
     return [manifest, *body]
+
+
+def _offered(store: Store, run_id: str, children: list[str]) -> dict[str, Any]:
+    """What each MCP tool's server offered ("subagent/tool" -> offer) when the run and each child
+    run under it (a ``plan:`` tool's, at any depth) were admitted, from their contract snapshots:
+    a recorded case admits its child plans from them too. A name two of these registries give
+    different offers is left out (its server is listed again rather than admitted from a guess)."""
+    offered: dict[str, Any] = {}
+    clashes: set[str] = set()
+    todo, seen = [run_id, *children], set()
+    while todo:
+        rid = todo.pop(0)
+        if rid in seen:
+            continue
+        seen.add(rid)
+        for name, t in ((store.contract_of(rid) or {}).get("mcp_tools") or {}).items():
+            if isinstance(t, dict) and isinstance(t.get("offered"), dict):
+                if offered.setdefault(name, t["offered"]) != t["offered"]:
+                    clashes.add(name)
+        if rid != run_id:  # the top run's children are known already
+            todo.extend(r["child_run_id"] for r in store.receipts_of(rid) if r.get("child_run_id"))
+    return {name: o for name, o in offered.items() if name not in clashes}
 
 
 def recorded_records(store: Store, run: dict) -> list[dict]:

@@ -366,7 +366,7 @@ def admit_plan(
     brings no listing (a library caller, with no event loop of its own) has the discovery step
     run for it first, as ``discovered`` does."""
     if servers is None:
-        from ..contract.mcp import discovered
+        from ..contract.mcp_discovery import discovered
 
         return discovered(lambda found: admit_plan(
             path, registry=registry, app_root=app_root, max_concurrency=max_concurrency, lanes=lanes,
@@ -475,6 +475,8 @@ def _resolve_mcp_tools(contract: Contract, sub: SubagentSpec, col: Collector, se
                        ) -> tuple[Contract, SubagentSpec]:
     """MCP tools: descriptions, schemas (and trusted annotations) from what their servers offer,
     which must still be the schemas toolloop.lock recorded."""
+    if not any(t.kind == "mcp" for t in sub.tools.values()):
+        return contract, sub  # nothing of MCP is loaded for a subagent without a server
     from ..contract.mcp import read_locked_hashes, resolve_server_tools
 
     filled, server_problems = resolve_server_tools(sub, servers, locked=read_locked_hashes(contract.file))
@@ -551,5 +553,5 @@ def _lane_stream(adm: _Admitter, lanes: IO[bytes], lanes_name: str) -> LaneStrea
 
 
 if TYPE_CHECKING:  # routed admission (and the router it checks against) loads only for routed plans
-    from ..contract.mcp import Listing
+    from ..contract.mcp_discovery import Listing
     from .routed import RoutedSpec
