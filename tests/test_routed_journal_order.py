@@ -20,7 +20,6 @@ import pytest
 from conftest import APP, jsonl, write
 from modelserver import Reply
 from regkit import openai_profile, registry_yaml, routed_plan_yaml
-from test_resume import wait_for
 from test_store import read_log
 from toolloop_cli.chain import verify_run
 from toolloop_cli.engine import routed_calls as routed_module  # where a routed turn gates its call
