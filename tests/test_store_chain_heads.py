@@ -33,8 +33,11 @@ def test_a_runs_chain_and_records_go_on_from_links_another_writer_added(tmp_path
         operator.add_control("r1", "steer", "go left")  # linked by the other connection
         run.put_records([receipt(1)], [decision(2)], [answer(2)])
         run.put_records([receipt(2)])
+        operator.put_records([], [decision(9)])  # another store writes the run's records too
+        run.put_records([], [decision(10)])
         operator.add_control("r1", "abort", None)
         run.put_records([receipt(3)])
+        written = [r["iteration"] for _b, r in operator.records_of("r1")]
         run.clear_records("r1")  # a reset link, by the run's own store
         run.put_records([], [decision(3)], [answer(3)])
         links, current = operator.chain_of("r1")
@@ -42,13 +45,14 @@ def test_a_runs_chain_and_records_go_on_from_links_another_writer_added(tmp_path
     finally:
         run.close()
         operator.close()
-    assert [link.n for link in links] == list(range(13))
+    assert [link.n for link in links] == list(range(15))
     assert [link.kind for link in links] == [
-        "model_answer", "receipt", "record", "control", "model_answer", "receipt", "record", "receipt", "control",
-        "receipt", "reset", "model_answer", "record"]
+        "model_answer", "receipt", "record", "control", "model_answer", "receipt", "record", "receipt", "record",
+        "record", "control", "receipt", "reset", "model_answer", "record"]
     before = ""
     for link in links:  # each link follows from the one before it
         assert link.link_sha256 == link_sha256(before, link.kind, link.ref, link.record_sha256), link
         before = link.link_sha256
+    assert written == [1, 2, 9, 10]  # each store's record numbered after the other's
     assert [r["iteration"] for _b, r in records] == [3]  # numbered from 0 again after the reset
     assert ("record", 0) in current

@@ -216,14 +216,16 @@ class Records(Database):
             for rec, before in others:
                 run_id, text = rec["run_id"], dumps(rec)
                 n = next_n.get(run_id)
-                if n is None:
-                    n = known.get(run_id)
-                if n is None:
-                    n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?",
-                                        (run_id,)).fetchone()[0]
+                kept = n is None and run_id in known
+                if kept:
+                    n = known[run_id]
+                try:
+                    n = self._put_record(run_id, n, rec["type"], before, text)
+                except sqlite3.IntegrityError:  # another store wrote the run's records since: read again
+                    if not kept:
+                        raise
+                    n = self._put_record(run_id, None, rec["type"], before, text)
                 next_n[run_id] = n + 1
-                self.db.execute("INSERT INTO records (run_id, n, type, receipts_before, record) VALUES (?,?,?,?,?)",
-                                (run_id, n, rec["type"], before, text))
                 links.append((run_id, "record", n, record_sha256(text)))
             heads.update(_link(self.db, links, self._chain_heads))
 
@@ -231,6 +233,15 @@ class Records(Database):
             self._transaction(work)
             known.update(next_n)
             self._chain_heads.update(heads)  # type: ignore[union-attr]
+
+    def _put_record(self, run_id: str, n: int | None, kind: str, before: int, text: str) -> int:
+        """Insert another output record as number ``n`` (None: the run's next, read); returns it."""
+        if n is None:
+            n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?",
+                                (run_id,)).fetchone()[0]
+        self.db.execute("INSERT INTO records (run_id, n, type, receipts_before, record) VALUES (?,?,?,?,?)",
+                        (run_id, n, kind, before, text))
+        return n  # type: ignore[return-value]
 
     def clear_records(self, run_id: str) -> None:
         """Forget a run's other output records (a resumed routed run records them again as it
