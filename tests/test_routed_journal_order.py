@@ -1,15 +1,26 @@
-"""The routed loop and its journal: a model request waits for the journal thread only after a
-call's receipt (what the model is told of an effect is committed first), not after a turn that had
-no call (the journal commits in queue order); a call's gate and start come only after the answer and
-the decision that lead to it are committed; and each observation is rendered into the router's
-prompt once, then kept."""
+"""The routed loop and its journal: a model request never waits for the journal thread, not even
+right after a call's receipt (the journal commits in queue order, so the answer it brings is never
+committed before the receipt handed in before it); a call's gate and start come only after the
+answer and the decision that lead to it, and every record before them, are committed; a run killed
+while the model answers and its last receipt is still uncommitted resumes as one killed while the
+call ran (a read runs again, a write is settled ``interrupted``; the answer after it was never
+journaled); and each observation is rendered into the router's prompt once, then kept."""
 
 from __future__ import annotations
 
+import json
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 
-from conftest import APP, write
+import pytest
+
+from conftest import APP, jsonl, write
+from modelserver import Reply
+from regkit import openai_profile, registry_yaml, routed_plan_yaml
+from test_store import read_log
 from toolloop_cli.chain import verify_run
 from toolloop_cli.engine import routed_calls as routed_module  # where a routed turn gates its call
 from toolloop_cli.engine.run import RunOptions, execute_plan
@@ -99,22 +110,114 @@ def test_a_call_is_gated_only_once_its_answer_and_decision_are_committed(tmp_pat
     assert seen == [(1, 1), (2, 2)]  # each call's gate saw its own answer and decision in the journal
 
 
-def test_a_model_request_after_a_call_waits_until_the_calls_receipt_is_committed(tmp_path):
-    # the model is told a call's result only once a resume would find its receipt: killed while
-    # the model thinks, the run never runs that call again
-    receipts_in_journal: list[int] = []
+def test_a_model_request_after_a_call_goes_out_while_its_receipt_is_committed_and_the_next_gate_waits(
+        tmp_path, monkeypatch):
+    # the journal thread holds the first receipt's commit until the second request is sent: a loop
+    # that waited for the receipt before asking again would only ask once the hold gave up
+    released, held, commits = threading.Event(), [], []
+    put = Store.put_records
 
-    def second(_request):
+    def slow_put(self, receipts, others=(), answers=()):
+        if any(r["seq"] == 0 for r in receipts):
+            held.append(released.wait(timeout=10))
+        commits.append(([r["seq"] for r in receipts], [a["n"] for a in answers]))
+        put(self, receipts, others, answers)
+
+    def in_journal() -> tuple[int, int, int]:
         db = sqlite3.connect(tmp_path / "state" / "state.db")
         try:
-            receipts_in_journal.append(db.execute("SELECT count(*) FROM receipts").fetchone()[0])
+            return tuple(db.execute(sql).fetchone()[0] for sql in (  # type: ignore[return-value]
+                "SELECT count(*) FROM receipts", "SELECT count(*) FROM model_answers",
+                "SELECT count(*) FROM records WHERE type = 'decision'"))
         finally:
             db.close()
-        return FINAL
 
-    summary = run(tmp_path, ScriptedProvider([CALL_ECHO, second, ANSWER]))
+    at_request: list[tuple[int, int, int]] = []
+
+    def second(_request):
+        at_request.append(in_journal())
+        released.set()
+        return '{"action": "call", "tool": "echo", "args": {"x": 2}, "reason": "again"}'
+
+    gated: list[tuple[int, int, int]] = []
+    check_call = routed_module.check_call
+
+    async def checked(ctx, tool, args, **kw):
+        gated.append(in_journal())
+        return await check_call(ctx, tool, args, **kw)
+
+    monkeypatch.setattr(Store, "put_records", slow_put)
+    monkeypatch.setattr(routed_module, "check_call", checked)
+    summary = run(tmp_path, ScriptedProvider([CALL_ECHO, second, FINAL, ANSWER]))
     assert summary["outcome"] == "final"
-    assert receipts_in_journal == [1]
+    assert held == [True]  # the second request went out while the first receipt's commit was held
+    assert at_request == [(0, 1, 1)]  # ... and the journal did not hold that receipt yet
+    # the second call's gate waited for everything before it: the receipt, its answer and decision
+    assert gated == [(0, 1, 1), (1, 2, 2)]
+    # the second answer was never committed before the receipt handed in before it
+    first_with = {what: next(i for i, c in enumerate(commits) if what[1] in c[what[0]]) for what in ((0, 0), (1, 2))}
+    assert first_with[(0, 0)] <= first_with[(1, 2)], commits
+
+
+# the journal never commits a receipt: a run is killed with its last receipt still uncommitted
+HOLD_RECEIPTS = """
+import sys, threading
+from toolloop_cli.store import Store
+put = Store.put_records
+def held(self, receipts, others=(), answers=()):
+    if receipts:
+        threading.Event().wait()
+    put(self, receipts, others, answers)
+Store.put_records = held
+from toolloop_cli.cli.app import main
+main()
+"""
+
+
+@pytest.mark.parametrize("effect", ["read", "write"])
+def test_a_run_killed_while_the_model_answers_before_the_receipt_is_committed_resumes_safely(
+        tmp_path, model_server, cli, effect):
+    extra = {"log_gate": "effect: write  # toolloop: ignore[TL353] (nothing to approve in a test)"}
+    write(tmp_path / "reg.yml", registry_yaml("log_gate", extra=extra if effect == "write" else None))
+    plan = write(tmp_path / "plan.yml", routed_plan_yaml(openai_profile(model_server.openai_base), "Log."))
+    (tmp_path / "gate").touch()
+    args = {"log": str(tmp_path / "log"), "key": "w", "gate": str(tmp_path / "gate")}
+    arrived = threading.Event()
+
+    def second_turn(_request):
+        arrived.set()  # asked again while the call's receipt is still uncommitted: kill it now
+        return Reply(FINAL, hold=threading.Event())
+
+    model_server.script(json.dumps({"action": "call", "tool": "log_gate", "args": args, "reason": "w"}),
+                        Reply(handler=second_turn))
+    env = {**os.environ, "TL_TEST_KEY": "sk-order", "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_RECEIPTS, "run", str(plan), "--format", "jsonl"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    asked = arrived.wait(60)
+    proc.kill()
+    assert asked, f"the run never asked for its second turn: {proc.communicate()}"
+    proc.communicate()
+    db = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
+    try:  # the call's answer and decision are journaled; its receipt and the answer after it are not
+        assert db.execute("SELECT count(*) FROM receipts").fetchone()[0] == 0
+        assert db.execute("SELECT n FROM model_answers").fetchall() == [(1,)]
+        run_id = db.execute("SELECT run_id FROM runs").fetchone()[0]
+    finally:
+        db.close()
+    assert read_log(tmp_path / "log") == ["w"]
+
+    asked_before = len(model_server.requests)
+    model_server.script(FINAL, '{"answer": 1}')
+    done = cli("resume", run_id, "--format", "jsonl", env={"TL_TEST_KEY": "sk-order"})
+    assert done.returncode == 0, done.stderr.decode()
+    records = jsonl(done.stdout)
+    receipts = [r["status"] for r in records if r["type"] == "receipt"]
+    if effect == "read":  # a read runs again, its new receipt the one the model is told
+        assert receipts == ["ok"] and read_log(tmp_path / "log") == ["w", "w"]
+    else:  # a write whose start was committed may have happened: settled interrupted, not run again
+        assert receipts == ["interrupted"] and read_log(tmp_path / "log") == ["w"]
+    assert len(model_server.requests) - asked_before == 2  # the first answer reused, the second asked again
+    assert records[-1]["outcome"] == "final"
 
 
 def view(observations=(), tools=None, instructions="Be brief.") -> LoopView:
@@ -152,8 +255,8 @@ def test_the_router_prompt_renders_again_what_changed():
 
 
 def test_a_turns_answer_commits_with_its_decision_and_the_chain_holds(tmp_path, monkeypatch):
-    # one transaction for the answer and the decision it holds (the call's gate waits for both),
-    # another for the call's receipt (the next request waits for it): two a turn, not three
+    # the answer and the decision it holds commit together (the call's gate waits for both); the
+    # call's receipt commits on its own or, as no request waits for it, with the next turn's answer
     commits: list[tuple[list, list, list]] = []
     put = Store.put_records
 
@@ -165,7 +268,11 @@ def test_a_turns_answer_commits_with_its_decision_and_the_chain_holds(tmp_path, 
     summary = run(tmp_path, ScriptedProvider([CALL_ECHO, '{"action": "call", "tool": "echo", "args": {"x": 2},'
                                                          ' "reason": "again"}', FINAL, ANSWER]))
     assert summary["outcome"] == "final"
-    assert commits[:4] == [([], ["decision"], [1]), ([0], [], []), ([], ["decision"], [2]), ([1], [], [])]
+    # in queue order, each answer with its decision, each receipt after the decision of its call
+    assert [x for c in commits for x in [*(("receipt", s) for s in c[0]), *(("answer", n) for n in c[2]),
+                                          *((t, None) for t in c[1])]][:6] == [
+        ("answer", 1), ("decision", None), ("receipt", 0), ("answer", 2), ("decision", None), ("receipt", 1)]
+    assert all(("decision" in c[1]) == bool(c[2]) for c in commits[:4] if c[1] or c[2]), commits
     store = Store(tmp_path / "state")
     try:  # every answer, in order, and the run's hash chain over them and the records holds
         assert [a["n"] for a in store.model_answers_of(summary["run_id"])] == [1, 2, 3, 4]

@@ -13,6 +13,8 @@ import threading
 from conftest import jsonl, write
 from modelserver import Reply
 from regkit import openai_profile, registry_yaml
+from test_resume import wait_for
+from test_store import committed
 
 KEY = "sk-resume-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -56,6 +58,8 @@ def test_a_run_killed_mid_loop_resumes_without_asking_or_running_again(tmp_path,
     proc = subprocess.Popen(toolloop("run", str(plan), "--format", "jsonl", cwd=tmp_path), cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert arrived.wait(60), "the run never asked for its second turn"
+    # the request does not wait for the call's receipt: killed once the journal holds it
+    wait_for(lambda: committed(tmp_path / ".toolloop" / "state.db"), "the call's receipt to be committed")
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     run_id = json.loads(cli("runs", "list", "--format", "jsonl").stdout.decode().splitlines()[0])["run_id"]

@@ -174,10 +174,20 @@ _OWN_FIELDS = frozenset({
 })
 
 
+#: values with no string in them: nothing to scrub
+_SCALARS = frozenset({type(None), bool, int, float})
+
+
 def scrub_record(rec: dict, secrets: Any) -> dict:
     """A record with ``secrets`` (``RunSecrets`` or a ``Scrubber``) scrubbed from every field
-    that may hold what a tool, a model or a person wrote."""
-    return {k: v if k in _OWN_FIELDS else secrets.deep(v) for k, v in rec.items()}
+    that may hold what a tool, a model or a person wrote: one pass over the record, with the
+    scrubber looked up once (a field's string scrubbed at once, a number or null left as it is)."""
+    scrubber = secrets.scrubber if isinstance(secrets, RunSecrets) else secrets
+    if not scrubber:
+        return rec
+    text, deep = scrubber.text, scrubber.deep
+    return {k: v if k in _OWN_FIELDS or type(v) in _SCALARS else text(v) if type(v) is str else deep(v)
+            for k, v in rec.items()}
 
 
 def without_run_secrets(secrets: RunSecrets | None, lanes: list[tuple], calls: list[tuple]) -> tuple[list[tuple], list[tuple]]:

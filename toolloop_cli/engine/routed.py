@@ -34,7 +34,6 @@ import trio
 from .._canonical import sha256_of
 from .._request_delta import RequestChain
 from ..plan.admit import AdmittedPlan
-from ..receipts import Receipt
 from ..router.closeout import route_of
 from ..router.decisions import Decision, RouterPrompt, parse_decision
 from ..router.observations import observe_rejection
@@ -100,7 +99,6 @@ class RoutedRunner(FinalAnswer, LoopCalls):
         self._started: set[int] = set()  # seqs of calls whose first attempt began
         self._scope: trio.CancelScope | None = None
         self._unsynced = False  # records handed to the journal since its last commit was awaited
-        self._unsynced_receipt = False  # ... among them a receipt
         self._parsed: tuple[str, Decision | Malformed] | None = None  # the last reply parsed, and its decision
         self._hashed: tuple[Any, str] | None = None  # the last arguments hashed, and their hash
 
@@ -314,24 +312,23 @@ class RoutedRunner(FinalAnswer, LoopCalls):
                         observations=tuple(self.observations), budgets=self.ledger.left(), steer=tuple(self.steer),
                         outcomes=spec.outcomes)
 
-    def _handed(self, record: Any) -> None:
+    def _handed(self, _record: Any) -> None:
         self._unsynced = True
-        self._unsynced_receipt = self._unsynced_receipt or isinstance(record, Receipt)
 
     async def committed(self) -> None:
         """Wait until the journal holds every record handed to it so far (the model's answers
         and decisions included), if any was handed since the last wait. Awaited before an effect
-        those records describe (a call's start, an approval's request), and before a model request
-        that follows a receipt (a resume then never runs again a call whose result the model was
-        told). A request after a turn with no receipt does not wait: the journal commits in the
-        order records were handed, so its answer is never committed before what came before it."""
+        those records describe: a call's gate (an approval's request) and its start. A model
+        request never waits: it is no effect a record describes, and the journal commits in the
+        order records were handed, so the answer it brings is never committed before a receipt
+        (or any record) handed before it. Killed while the model answers, a resume finds the
+        call's receipt, or none and no later answer: the call's start marker tells it then that
+        the call began (a read runs again, a write is settled ``interrupted``)."""
         if self._unsynced:
-            self._unsynced = self._unsynced_receipt = False
+            self._unsynced = False
             await self.handle.synced()
 
     async def ask(self, role: str, messages: list[dict]) -> Any:
-        if self._unsynced_receipt:
-            await self.committed()
         profile = self.spec.profiles()[role]
         ledger = self.ledger
         if ledger.pauses:

@@ -11,6 +11,7 @@ links of the same chain (``link`` and ``linked_text``, used by ``approvals.py`` 
 
 from __future__ import annotations
 
+import sqlite3
 from hashlib import sha256
 from typing import Any
 
@@ -58,14 +59,42 @@ def link(db: Connection, entries: list[tuple[str, str, int, str | None]]) -> Non
                for run_id, kind, ref, text in entries])
 
 
-def _link(db: Connection, entries: list[tuple[str, str, int, str]]) -> None:
+def _link(db: Connection, entries: list[tuple[str, str, int, str]],
+          known: dict[str, tuple[int, str]] | None = None) -> dict[str, tuple[int, str]]:
     """``link`` of ``(run_id, kind, ref, record digest)``: the digests already taken, of the very
     bytes each record is stored as (a receipt's JSON is hashed as it is written, not encoded
-    again from the text)."""
+    again from the text). Returns each run's new head, ``(n, link)``.
+
+    ``known``: the heads this store last committed, taken without reading them back when the links
+    are of one run. Another writer (an operator's control or approval, in another process) may
+    have linked since: its link then holds the number the first new one takes, the chain's key
+    refuses that one (nothing was inserted), and the head is read again."""
+    one_run = known is not None and len({e[0] for e in entries}) == 1
+    rows, heads = _chained(db, entries, known if one_run else None)
+    if not rows:
+        return heads
+    try:
+        db.executemany(_INSERT_LINK, rows)
+    except sqlite3.IntegrityError:
+        if not one_run or entries[0][0] not in known:  # type: ignore[operator]
+            raise
+        rows, heads = _chained(db, entries, None)
+        db.executemany(_INSERT_LINK, rows)
+    return heads
+
+
+_INSERT_LINK = "INSERT INTO chain (run_id, n, kind, ref, record_sha256, link_sha256) VALUES (?,?,?,?,?,?)"
+
+
+def _chained(db: Connection, entries: list[tuple[str, str, int, str]],
+             known: dict[str, tuple[int, str]] | None) -> tuple[list[tuple], dict[str, tuple[int, str]]]:
+    """The chain's rows for ``entries``, each run's from its head (``known``, or read)."""
     heads: dict[str, tuple[int, str]] = {}
     rows = []
     for run_id, kind, ref, digest in entries:
         head = heads.get(run_id)
+        if head is None and known is not None:
+            head = known.get(run_id)
         if head is None:
             row = db.execute("SELECT n, link_sha256 FROM chain WHERE run_id=? ORDER BY n DESC LIMIT 1",
                              (run_id,)).fetchone()
@@ -73,9 +102,7 @@ def _link(db: Connection, entries: list[tuple[str, str, int, str]]) -> None:
         linked = link_sha256(head[1], kind, ref, digest)
         head = heads[run_id] = (head[0] + 1, linked)
         rows.append((run_id, head[0], kind, ref, digest, linked))
-    if rows:
-        db.executemany("INSERT INTO chain (run_id, n, kind, ref, record_sha256, link_sha256)"
-                       " VALUES (?,?,?,?,?,?)", rows)
+    return rows, heads
 
 
 def linked_text(db: Connection, kind: str, run_id: str, ref: int) -> str | None:
@@ -138,6 +165,13 @@ def _rebuild_moves(moved: list[dict], own: list[dict]) -> None:
 class Records(Database):
     """Receipts, other output records, model answers and the hash chain."""
 
+    #: run -> the number its next other output record takes, as this store last committed it: a
+    #: running run's records are written by its journal thread alone, so each transaction need not
+    #: read it back (``clear_records`` forgets it)
+    _next_record_n: dict[str, int] | None = None
+    #: run -> its hash chain's head ``(n, link)`` as this store last committed it (``_link``)
+    _chain_heads: dict[str, tuple[int, str]] | None = None
+
     def put_receipts(self, records: list[dict]) -> None:
         """Commit receipt records (one transaction); a later record for the same call replaces
         the earlier one (resume settles a cancelled write as interrupted, or re-runs a call)."""
@@ -158,6 +192,12 @@ class Records(Database):
             receipt_links.append((run_id, "receipt", seq, sha256(raw).hexdigest()))
         answer_rows = [(a["run_id"], a["n"], a["role"], a["request_sha256"], a.get("text") or "", dumps(a))
                        for a in answers]
+        known = self._next_record_n
+        if known is None:
+            known = self._next_record_n = {}
+            self._chain_heads = {}
+        next_n: dict[str, int] = {}
+        heads: dict[str, tuple[int, str]] = {}
 
         def work() -> None:
             links: list[tuple[str, str, int, str]] = []
@@ -171,20 +211,37 @@ class Records(Database):
                 self.db.executemany(
                     "INSERT OR REPLACE INTO receipts (run_id, seq, status, record) VALUES (?,?,?,?)", rows)
                 links += receipt_links
-            next_n: dict[str, int] = {}
+            next_n.clear()
+            heads.clear()
             for rec, before in others:
                 run_id, text = rec["run_id"], dumps(rec)
                 n = next_n.get(run_id)
-                if n is None:
-                    n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?",
-                                        (run_id,)).fetchone()[0]
+                kept = n is None and run_id in known
+                if kept:
+                    n = known[run_id]
+                try:
+                    n = self._put_record(run_id, n, rec["type"], before, text)
+                except sqlite3.IntegrityError:  # another store wrote the run's records since: read again
+                    if not kept:
+                        raise
+                    n = self._put_record(run_id, None, rec["type"], before, text)
                 next_n[run_id] = n + 1
-                self.db.execute("INSERT INTO records (run_id, n, type, receipts_before, record) VALUES (?,?,?,?,?)",
-                                (run_id, n, rec["type"], before, text))
                 links.append((run_id, "record", n, record_sha256(text)))
-            _link(self.db, links)
+            heads.update(_link(self.db, links, self._chain_heads))
 
-        self._transaction(work)
+        with self._lock:  # committed: the numbers the next transaction continues from
+            self._transaction(work)
+            known.update(next_n)
+            self._chain_heads.update(heads)  # type: ignore[union-attr]
+
+    def _put_record(self, run_id: str, n: int | None, kind: str, before: int, text: str) -> int:
+        """Insert another output record as number ``n`` (None: the run's next, read); returns it."""
+        if n is None:
+            n = self.db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM records WHERE run_id=?",
+                                (run_id,)).fetchone()[0]
+        self.db.execute("INSERT INTO records (run_id, n, type, receipts_before, record) VALUES (?,?,?,?,?)",
+                        (run_id, n, kind, before, text))
+        return n  # type: ignore[return-value]
 
     def clear_records(self, run_id: str) -> None:
         """Forget a run's other output records (a resumed routed run records them again as it
@@ -193,7 +250,10 @@ class Records(Database):
             self.db.execute("DELETE FROM records WHERE run_id=?", (run_id,))
             link(self.db, [(run_id, RESET, -1, None)])
 
-        self._transaction(work)
+        with self._lock:
+            self._transaction(work)
+            if self._next_record_n is not None:
+                self._next_record_n.pop(run_id, None)
 
     def records_of(self, run_id: str) -> list[tuple[int, dict]]:
         """The run's other output records in commit order: ``(receipts_before, record)``."""
