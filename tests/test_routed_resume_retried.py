@@ -145,8 +145,9 @@ def test_a_write_run_again_with_retry_interrupted_is_shown_to_the_model(tmp_path
     extra = {"log_gate": "effect: write  # toolloop: ignore[TL353] (nothing to approve in a test)"}
     plan = setup(tmp_path, model_server, "log_gate", extra=extra)
     log, gate = str(tmp_path / "log"), str(tmp_path / "gate")
-    # the write starts and the run dies in it: no later answer can be journaled (a request after a
-    # call waits for its receipt), so nothing recorded was given on it
+    # the write starts and the run dies in it: no later answer can be journaled (the journal
+    # commits in order, and the call's receipt was never handed to it), so nothing recorded was
+    # given on it
     model_server.script(decide("log_gate", log=log, key="w", gate=gate))
     first = toolloop(tmp_path, "run", str(plan))
     try:
