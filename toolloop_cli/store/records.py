@@ -138,21 +138,27 @@ def _rebuild_moves(moved: list[dict], own: list[dict]) -> None:
 class Records(Database):
     """Receipts, other output records, model answers and the hash chain."""
 
-    def put_receipts(self, records: list[dict]) -> None:
+    def put_receipts(self, records: list[dict]) -> list[bytes]:
         """Commit receipt records (one transaction); a later record for the same call replaces
-        the earlier one (resume settles a cancelled write as interrupted, or re-runs a call)."""
-        self.put_records(records)
+        the earlier one (resume settles a cancelled write as interrupted, or re-runs a call).
+        Returns each one's JSON as stored (``put_records``)."""
+        return self.put_records(records)
 
     def put_records(self, receipts: list[dict], others: list[tuple[dict, int]] = (),  # type: ignore[assignment]
-                    answers: list[dict] = ()) -> None:  # type: ignore[assignment]
+                    answers: list[dict] = ()) -> list[bytes]:  # type: ignore[assignment]
         """Commit receipts, other output records and model answers in one transaction, each with
         its link in its run's hash chain (model answers first, then receipts, then the others, in
         the order given). ``others`` are ``(record, receipts_before)``: the record and how many
-        receipts were printed before it; ``answers`` are ``model_answer`` records."""
-        # each record's JSON is built once: its text is stored, its bytes hashed for its link
-        rows, receipt_links = [], []
+        receipts were printed before it; ``answers`` are ``model_answer`` records.
+
+        Returns the receipts' JSON bytes as stored, in their order (``_json.dumps``, the compact
+        form a JSON Lines writer prints): the journal hands them on with the records."""
+        # each record's JSON is built once: its text is stored, its bytes hashed for its link and
+        # returned for the output
+        rows, receipt_links, raws = [], [], []
         for r in receipts:
             raw = _json.dumps(r)
+            raws.append(raw)
             run_id, seq = r["run_id"], r["seq"]
             rows.append((run_id, seq, r["status"], raw.decode()))
             receipt_links.append((run_id, "receipt", seq, sha256(raw).hexdigest()))
@@ -185,6 +191,7 @@ class Records(Database):
             _link(self.db, links)
 
         self._transaction(work)
+        return raws
 
     def clear_records(self, run_id: str) -> None:
         """Forget a run's other output records (a resumed routed run records them again as it
