@@ -18,7 +18,7 @@ from toolloop_cli import _json
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.providers.scripted import ScriptedProvider
 from toolloop_cli.render.records import JsonArrayWriter, JsonlWriter
-from toolloop_cli.store import Store
+from toolloop_cli.store import JournalWriter, Store
 
 PASSWORD = "hunter2-sécret"
 
@@ -158,3 +158,40 @@ def test_a_record_without_bytes_is_encoded_by_the_writer():
     writer.write(record)
     writer.write(record, b'{"given":true}')
     assert out.getvalue() == _json.dumps(record) + b"\n" + b'{"given":true}\n'
+
+
+def _receipt(seq: int) -> dict:
+    return {"type": "receipt", "run_id": "r", "seq": seq, "status": "ok", "result": {"n": 1 << 70, "t": "ü\u0001"}}
+
+
+@pytest.mark.parametrize("says_what_it_stored", [True, False])
+def test_only_a_receipt_committed_in_the_step_that_hands_it_on_goes_with_bytes(tmp_path, says_what_it_stored):
+    """Committed now and printed later, another record, a store that does not return what it
+    stored: those go on without bytes, for the writer to encode."""
+    store = Store(tmp_path / "state")
+    store.create_run({"run_id": "r", "mode": "parallel", "plan_path": "p", "plan_sha256": "x", "registry_path": "r",
+                      "contract_sha256": "c", "options": {}, "total_calls": 3})
+
+    class Silent:  # a store with the same methods that returns nothing from a commit
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def put_records(self, *args):
+            store.put_records(*args)
+
+        def put_receipts(self, receipts):
+            store.put_receipts(receipts)
+
+    got: list[tuple[dict, bytes | None]] = []
+    journal = JournalWriter(store if says_what_it_stored else Silent(), lambda r, line: got.append((r, line)))
+    a, b, c = _receipt(0), _receipt(1), _receipt(2)
+    decision = {"type": "decision", "run_id": "r", "n": 0, "why": "ü"}
+    journal.commit(a)
+    journal(b)
+    journal.record(decision, 1)
+    journal.emit(a)
+    journal(c)
+    journal.close()
+    store.close()
+    given = [_json.dumps(b), None, None, _json.dumps(c)] if says_what_it_stored else [None] * 4
+    assert got == list(zip([b, decision, a, c], given))
