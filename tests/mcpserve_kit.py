@@ -93,7 +93,7 @@ def write_registry(folder: Path, name: str = "reg.yml") -> Path:
 
 
 class _Discard:
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         pass
 
     def flush(self) -> None:

@@ -106,7 +106,7 @@ def test_a_change_written_through_the_journal_keeps_its_place_among_the_records(
 
     store.create_run({"run_id": "r", "mode": "sequential", "plan_path": "p", "plan_sha256": "x", "registry_path": "r",
                       "contract_sha256": "c", "options": {}, "total_calls": 3})
-    writer = JournalWriter(Noting(), lambda r: None, max_batch=512)
+    writer = JournalWriter(Noting(), lambda r, _line: None, max_batch=512)
     receipt = {"type": "receipt", "run_id": "r", "status": "ok"}
     writer.commit({**receipt, "seq": 0})
     writer.write(lambda: order.append("change"))

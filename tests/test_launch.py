@@ -36,7 +36,7 @@ class Records:
         self.got: list[dict] = []
         self.flushes = 0
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         self.got.append(record)
 
     def flush(self) -> None:

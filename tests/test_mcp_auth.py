@@ -102,7 +102,7 @@ class Records:
     def __init__(self) -> None:
         self.got: list[dict] = []
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         self.got.append(record)
 
     def flush(self) -> None:

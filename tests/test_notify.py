@@ -93,7 +93,7 @@ class Sink:
         self.on_flush = None
         self.flushed_after_summary = 0
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         if record["type"] == "summary" and self.on_summary is not None:
             self.on_summary(record)
         self.got.append(record)

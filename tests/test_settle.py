@@ -46,7 +46,7 @@ def test_dispatched_receipts_follow_their_parent():
 def test_other_records_are_journaled_in_place_and_shown_back_in_order(tmp_path):
     store = Store(tmp_path / "state")
     printed: list = []
-    journal = JournalWriter(store, printed.append)
+    journal = JournalWriter(store, lambda record, _line: printed.append(record))
     s = Settlement(journal=journal)
     s.record(decision(1))
     s.settle(receipt(0))

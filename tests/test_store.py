@@ -308,7 +308,7 @@ def test_journal_keeps_committing_after_the_output_breaks(tmp_path):
     store = Store(tmp_path)
     failures: list = []
 
-    def emit(record: dict) -> None:
+    def emit(record: dict, _line: bytes | None) -> None:
         if record["seq"] == 2:
             raise BrokenPipeError("reader went away")
 
@@ -325,7 +325,7 @@ def test_journal_keeps_committing_after_the_output_breaks(tmp_path):
 def test_journal_hands_records_on_in_order(tmp_path):
     store = Store(tmp_path)
     got: list[int] = []
-    writer = JournalWriter(store, lambda r: got.append(r["seq"]), max_batch=7)
+    writer = JournalWriter(store, lambda r, _line: got.append(r["seq"]), max_batch=7)
     for seq in range(1000):
         writer(receipt_record(seq))
     writer.close()

@@ -96,7 +96,7 @@ class Records:
     def __init__(self) -> None:
         self.got: list[dict] = []
 
-    def write(self, rec: dict) -> None:
+    def write(self, rec: dict, line: bytes | None = None) -> None:
         self.got.append(rec)
 
     def flush(self) -> None:

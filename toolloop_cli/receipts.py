@@ -23,13 +23,12 @@ def rfc3339(epoch_s: float | None) -> str | None:
     """RFC 3339 UTC with microseconds, e.g. 2026-01-02T03:04:05.678901Z."""
     if epoch_s is None:
         return None
-    micros = round(epoch_s * 1_000_000)
-    second, frac = divmod(micros, 1_000_000)
+    second, frac = divmod(round(epoch_s * 1_000_000), 1_000_000)
     cached = _last_second
     if cached[0] != second:  # receipts cluster within a second: format the date part once
-        cached[1] = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        cached[1] = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
         cached[0] = second
-    return f"{cached[1]}.{frac:06d}Z"
+    return "%s%06dZ" % (cached[1], frac)  # cheaper than an f-string's format spec, twice a receipt
 
 
 def millis3(ms: float) -> float:

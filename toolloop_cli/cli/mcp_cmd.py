@@ -97,7 +97,7 @@ def serve(
 class _Discard:
     """The run's records are in the journal (``runs show``); standard output is the protocol's."""
 
-    def write(self, record: dict[str, object]) -> None:
+    def write(self, record: dict[str, object], line: bytes | None = None) -> None:
         return None
 
     def flush(self) -> None:

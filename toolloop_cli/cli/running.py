@@ -54,8 +54,8 @@ class Output:
             if reraise:
                 raise
 
-    def write(self, record: dict) -> None:
-        self._guarded(self.writer.write, record)
+    def write(self, record: dict, line: bytes | None = None) -> None:
+        self._guarded(self.writer.write, record, line)
 
     def flush(self) -> None:
         self._guarded(self.writer.flush)
@@ -70,9 +70,9 @@ class _Shown:
     def __init__(self, out: Output, progress: Any):
         self.out, self.progress = out, progress
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         self.progress.see(record)
-        self.out.write(record)
+        self.out.write(record, line)
 
     def flush(self) -> None:
         self.out.flush()

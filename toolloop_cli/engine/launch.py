@@ -28,9 +28,11 @@ __all__ = ["HaltPolicy", "Launch", "Prepared", "RunOptions", "Sink", "open_lanes
 
 class Sink(Protocol):
     """Where a run's records go, each after its commit: ``write`` one record, ``flush`` after each
-    batch (both called on the journal's output thread)."""
+    batch (both called on the journal's output thread). ``line``, when given, is the record's
+    compact JSON as the journal stored it (``_json.dumps(record)``): a JSON writer may write it
+    instead of encoding the record; any other sink ignores it."""
 
-    def write(self, record: dict) -> None: ...
+    def write(self, record: dict, line: bytes | None = None) -> None: ...
 
     def flush(self) -> None: ...
 
@@ -299,7 +301,7 @@ class Launch:
         gets it, the summary last; ``hooks`` are the non-journaled ``RunOptions`` fields (progress,
         the terminal prompt, notices, the audit sink, signal handling, the clock). ``runner``
         runs it instead of the plan's own (an MCP server's run). The store is closed when it returns."""
-        options = replace(prepared.options, flush_output=sink.flush, **hooks)
+        options = replace(prepared.options, flush_output=sink.flush, emit_line=sink.write, **hooks)
         store = self.open()
         try:
             return execute_plan(prepared.plan, store, sink.write, options, run_id=prepared.run_id,

@@ -72,6 +72,10 @@ class RunOptions:
     # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
     # once per batch rather than once per record)
     flush_output: Callable[[], None] | None = None
+    # a sink's writer that also takes the bytes a record is journaled as: when set, each record the
+    # journal hands on goes to ``emit_line(record, line)`` instead of ``emit(record)``, ``line`` its
+    # compact JSON as stored (``_json.dumps``) or None, so a JSON writer need not encode it again
+    emit_line: Callable[[dict[str, Any], bytes | None], None] | None = None
     # findings of a lane refused by ``run --stream`` (its calls get invalid_input receipts)
     on_rejected: Callable[[list[Problem]], None] | None = None
     # SIGINT/SIGTERM handling (main thread only): the first signal cancels the run, a second forces
@@ -348,6 +352,14 @@ class RunSession:
         if tool.at_most_once:
             self.store.mark_started(self.run_id, seq)
 
+    def _after_commit(self) -> Callable[[dict[str, Any], bytes | None], None]:
+        """What the journal hands each committed record to: the sink's writer that takes the bytes
+        it was stored as, or ``emit``, which takes the record alone."""
+        if self.options.emit_line is not None:
+            return self.options.emit_line
+        emit = self.emit
+        return lambda record, _line: emit(record)
+
     def run(self, runner: Runner) -> RunResult:
         """Run ``runner`` to its end (or interruption). Every record is committed to the journal
         before ``emit`` sees it; the summary is emitted last."""
@@ -376,7 +388,7 @@ class RunSession:
                     except trio.RunFinishedError:
                         pass
 
-            journal = self.journal = JournalWriter(self.store, self.emit, on_error=stop_on_writer_error,
+            journal = self.journal = JournalWriter(self.store, self._after_commit(), on_error=stop_on_writer_error,
                                                    after_batch=self.options.flush_output)
             self.settlement = Settlement(journal=journal, children=self.ctx.children, counts=state.counts,
                                          on_emit=self.options.on_receipt,

@@ -14,14 +14,19 @@ from .._text import escape
 
 class JsonlWriter:
     """One JSON object per line, flushed at once so readers see each record while the run goes
-    on. With ``autoflush=False`` the caller flushes (e.g. once per batch of committed receipts)."""
+    on. With ``autoflush=False`` the caller flushes (e.g. once per batch of committed receipts).
+
+    ``write(record, line)``: ``line``, when given, is the record's JSON as the journal stored it,
+    ``_json.dumps(record)``, the very bytes this writer would make, so they are written as they
+    are instead of encoding the record again (every writer here takes it; only the JSON ones use
+    it)."""
 
     def __init__(self, out: IO[bytes], autoflush: bool = True):
         self.out = out
         self.autoflush = autoflush
 
-    def write(self, record: dict) -> None:
-        self.out.write(dumps(record) + b"\n")
+    def write(self, record: dict, line: bytes | None = None) -> None:
+        self.out.write((dumps(record) if line is None else line) + b"\n")
         if self.autoflush:
             self.out.flush()
 
@@ -39,8 +44,8 @@ class JsonArrayWriter:
         self.out = out
         self.count = 0
 
-    def write(self, record: dict) -> None:
-        self.out.write((b"[\n" if self.count == 0 else b",\n") + dumps(record))
+    def write(self, record: dict, line: bytes | None = None) -> None:
+        self.out.write((b"[\n" if self.count == 0 else b",\n") + (dumps(record) if line is None else line))
         self.count += 1
 
     def flush(self) -> None:
@@ -74,7 +79,7 @@ class TableWriter:
         self.records: list[dict] = []
         self.summary: dict | None = None
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         if record.get("type") == "summary":
             self.summary = record
         else:

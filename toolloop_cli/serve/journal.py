@@ -345,7 +345,7 @@ class Resuming:
 class _Discarded:
     """The records of a resume the server runs: in the journal already, printed nowhere."""
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         return None
 
     def flush(self) -> None:

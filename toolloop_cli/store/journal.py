@@ -28,6 +28,11 @@ class JournalWriter:
     ``then(done)`` calls ``done`` once everything queued before it is committed, so an event loop
     can wait for a commit without blocking on it.
 
+    ``after_commit(record, line)`` gets with each receipt committed in the step that hands it on the
+    bytes the journal stored it as (``line``: its compact JSON, ``_json.dumps(record)``), so a
+    JSON Lines writer prints them instead of encoding the record again; ``line`` is None for any
+    other record (one committed earlier, a decision...), which a writer encodes itself.
+
     If ``after_commit`` fails (the reader went away), ``on_error`` is called once and nothing
     more is handed on; receipts are still committed. If a commit fails, ``on_error`` is called
     and nothing more is committed or handed on. ``close()`` re-raises the first failure.
@@ -36,7 +41,7 @@ class JournalWriter:
     _STOP = object()
     _COMMIT, _EMIT, _BOTH, _OTHER, _SYNC, _OTHER_QUIET, _WRITE, _ANSWER = 1, 2, 3, 4, 8, 16, 32, 64
 
-    def __init__(self, store: Any, after_commit: Callable[[dict], None], max_batch: int = 512,
+    def __init__(self, store: Any, after_commit: Callable[[dict, bytes | None], None], max_batch: int = 512,
                  on_error: Callable[[BaseException], None] | None = None,
                  after_batch: Callable[[], None] | None = None):
         self.store = store
@@ -149,20 +154,44 @@ class JournalWriter:
         answers = [r for kind, r in items if kind == self._ANSWER]
         try:
             if answers:
-                self.store.put_records(records, others, answers)
+                lines = self.store.put_records(records, others, answers)
             elif others:
-                self.store.put_records(records, others)
+                lines = self.store.put_records(records, others)
             elif records:
-                self.store.put_receipts(records)
+                lines = self.store.put_receipts(records)
+            else:
+                lines = None
         except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread
             self.commit_error = exc
             self._fail(exc)
             return False
         self.committed += len(records)
-        out = [r if kind != self._OTHER else r[0] for kind, r in items if kind & self._EMIT or kind == self._OTHER]
+        if lines is None or len(lines) != len(records):  # a store that does not say what it stored
+            lines = [None] * len(records)
+        if len(records) == len(items):  # receipts only (the common batch)
+            out = [(r, line) for (kind, r), line in zip(items, lines) if kind & self._EMIT]
+        else:
+            out = self._handed_on(items, lines)
         if out:
             self._out.put(out)
         return True
+
+    def _handed_on(self, items: list, lines: list) -> list[tuple[dict, bytes | None]]:
+        """What a step hands on, in queue order, each record with the bytes it was stored as in
+        this step (``lines``, one for each record committed), None for one committed earlier and
+        for other records."""
+        stored = iter(lines)
+        out: list[tuple[dict, bytes | None]] = []
+        for kind, r in items:
+            if kind & self._COMMIT:
+                line = next(stored)
+                if kind & self._EMIT:
+                    out.append((r, line))
+            elif kind & self._EMIT:
+                out.append((r, None))
+            elif kind == self._OTHER:
+                out.append((r[0], None))
+        return out
 
     def _emit_loop(self) -> None:
         while True:
@@ -172,8 +201,9 @@ class JournalWriter:
             if self.error is not None:
                 continue
             try:
-                for r in records:
-                    self.after_commit(r)
+                after_commit = self.after_commit
+                for r, line in records:
+                    after_commit(r, line)
                 if self.after_batch is not None:
                     self.after_batch()
             except BaseException as exc:  # noqa: BLE001 - reported by close() on the caller's thread

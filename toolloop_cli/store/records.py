@@ -172,21 +172,27 @@ class Records(Database):
     #: run -> its hash chain's head ``(n, link)`` as this store last committed it (``_link``)
     _chain_heads: dict[str, tuple[int, str]] | None = None
 
-    def put_receipts(self, records: list[dict]) -> None:
+    def put_receipts(self, records: list[dict]) -> list[bytes]:
         """Commit receipt records (one transaction); a later record for the same call replaces
-        the earlier one (resume settles a cancelled write as interrupted, or re-runs a call)."""
-        self.put_records(records)
+        the earlier one (resume settles a cancelled write as interrupted, or re-runs a call).
+        Returns each one's JSON as stored (``put_records``)."""
+        return self.put_records(records)
 
     def put_records(self, receipts: list[dict], others: list[tuple[dict, int]] = (),  # type: ignore[assignment]
-                    answers: list[dict] = ()) -> None:  # type: ignore[assignment]
+                    answers: list[dict] = ()) -> list[bytes]:  # type: ignore[assignment]
         """Commit receipts, other output records and model answers in one transaction, each with
         its link in its run's hash chain (model answers first, then receipts, then the others, in
         the order given). ``others`` are ``(record, receipts_before)``: the record and how many
-        receipts were printed before it; ``answers`` are ``model_answer`` records."""
-        # each record's JSON is built once: its text is stored, its bytes hashed for its link
-        rows, receipt_links = [], []
+        receipts were printed before it; ``answers`` are ``model_answer`` records.
+
+        Returns the receipts' JSON bytes as stored, in their order (``_json.dumps``, the compact
+        form a JSON Lines writer prints): the journal hands them on with the records."""
+        # each record's JSON is built once: its text is stored, its bytes hashed for its link and
+        # returned for the output
+        rows, receipt_links, raws = [], [], []
         for r in receipts:
             raw = _json.dumps(r)
+            raws.append(raw)
             run_id, seq = r["run_id"], r["seq"]
             rows.append((run_id, seq, r["status"], raw.decode()))
             receipt_links.append((run_id, "receipt", seq, sha256(raw).hexdigest()))
@@ -233,6 +239,7 @@ class Records(Database):
             self._transaction(work)
             known.update(next_n)
             self._chain_heads.update(heads)  # type: ignore[union-attr]
+        return raws
 
     def _put_record(self, run_id: str, n: int | None, kind: str, before: int, text: str) -> int:
         """Insert another output record as number ``n`` (None: the run's next, read); returns it."""

@@ -36,7 +36,7 @@ class _Collected:
     def __init__(self) -> None:
         self.records: list[dict] = []
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         self.records.append(record)
 
     def flush(self) -> None:
