@@ -46,7 +46,9 @@ def toolloop(tmp_path, *args: str) -> subprocess.Popen:
 
 def killed_at_the_final_answer(tmp_path, server, *args: str) -> None:
     """Run ``toolloop ARGS`` and kill it while it waits for the final answer (the request after the
-    replies already scripted): its router answers are committed, the final one never is."""
+    replies already scripted), once its router answers are committed (a model request does not
+    wait for the journal: the kill waits for the router's final decision, committed after them);
+    the final answer never is."""
     arrived = threading.Event()
 
     def final(_request):
@@ -57,6 +59,9 @@ def killed_at_the_final_answer(tmp_path, server, *args: str) -> None:
     proc = toolloop(tmp_path, *args)
     try:
         assert arrived.wait(60), proc.communicate(timeout=60)
+        wait_for(lambda: rows(tmp_path, "SELECT 1 FROM records WHERE type='decision'"
+                                        " AND json_extract(record, '$.action')='final'") != [],
+                 "the router's final decision to be committed")
     finally:
         proc.kill()
         proc.communicate()
@@ -190,7 +195,7 @@ class Sink:
     def __init__(self) -> None:
         self.records: list[dict] = []
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, line: bytes | None = None) -> None:
         self.records.append(record)
 
     def flush(self) -> None:
