@@ -15,6 +15,7 @@ import pytest
 from conftest import APP, jsonl, write
 from modelserver import Reply
 from regkit import openai_profile, registry_yaml
+from test_resume import wait_for
 
 from toolloop_cli._canonical import sha256_of
 
@@ -293,6 +294,14 @@ def test_a_routed_run_chains_decisions_receipts_and_model_answers(cli, tmp_path,
     assert "model answer 2 does not match" in verify_fails(cli, summary["run_id"])
 
 
+def committed_receipts(tmp_path) -> int:
+    con = db(tmp_path)
+    try:
+        return con.execute("SELECT count(*) FROM receipts").fetchone()[0]
+    finally:
+        con.close()
+
+
 def test_a_routed_run_killed_and_resumed_still_verifies(cli, tmp_path, model_server):
     log = str(tmp_path / "log.txt")
     p = routed(tmp_path, model_server)
@@ -308,6 +317,8 @@ def test_a_routed_run_killed_and_resumed_still_verifies(cli, tmp_path, model_ser
                              "--label", "ticket=R-1"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert arrived.wait(60), "the run never asked for its second turn"
+    # the request does not wait for the journal: kill once the first call's receipt is committed
+    wait_for(lambda: committed_receipts(tmp_path) > 0, "the first call's receipt to be committed")
     proc.send_signal(signal.SIGKILL)
     proc.communicate()
     rid = json.loads(cli("runs", "list", "--format", "jsonl").stdout.decode().splitlines()[0])["run_id"]
