@@ -129,3 +129,16 @@ final_schema: {{type: object, required: [answer]}}
     if pause_on_no_progress:
         text += "supervisor:\n  rules:\n    - {when: no_progress, count: 1}\n  on_violation: pause\n"
     return text
+
+
+class RecordSink:
+    """A run's sink (``Launch.start``) that keeps every record it is given, in order, in ``got``."""
+
+    def __init__(self) -> None:
+        self.got: list[dict] = []
+
+    def write(self, record: dict, line: bytes | None = None) -> None:
+        self.got.append(record)
+
+    def flush(self) -> None:
+        pass

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from conftest import APP, write
-from regkit import openai_profile, registry_yaml
+from regkit import RecordSink as Sink, openai_profile, registry_yaml
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.errors import UsageError
 from toolloop_cli.providers import ModelReply
@@ -43,23 +43,13 @@ def plan_file(tmp_path, budget: str, *, price: str = "", name: str = "plan.yml",
     """))
 
 
-class Sink:
-    def __init__(self) -> None:
-        self.records: list[dict] = []
-
-    def write(self, record: dict, line: bytes | None = None) -> None:
-        self.records.append(record)
-
-    def flush(self) -> None:
-        pass
-
 
 def start(tmp_path, path: str, provider: ScriptedProvider, **hooks) -> tuple[list[dict], dict]:
     launch = Launch(tmp_path / "state")
     prepared = launch.admit(path, RunOptions())
     sink = Sink()
     result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider}, **hooks)
-    return sink.records, result.summary
+    return sink.got, result.summary
 
 
 def resume(tmp_path, run_id: str, provider: ScriptedProvider, *, by: str = "ops", hooks: dict | None = None,
@@ -68,7 +58,7 @@ def resume(tmp_path, run_id: str, provider: ScriptedProvider, *, by: str = "ops"
     prepared = launch.resume(run_id, raises=raises, by=by)
     sink = Sink()
     result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider}, **(hooks or {}))
-    return sink.records, result.summary
+    return sink.got, result.summary
 
 
 def scripted(*replies) -> ScriptedProvider:
@@ -418,7 +408,7 @@ def test_a_replay_of_a_raised_run_meets_each_raise_where_it_was_made(tmp_path):
     sink = Sink()
     result = launch.start(prepared, sink, handle_signals=False)
     assert result.summary["outcome"] == "final"
-    assert [s[1:] for s in sup(sink.records)][-1] == ("operator", "raise", "max_iterations 2 -> 4")
+    assert [s[1:] for s in sup(sink.got)][-1] == ("operator", "raise", "max_iterations 2 -> 4")
     assert launch.replay_differences(prepared, result) == []
 
 

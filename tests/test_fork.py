@@ -15,7 +15,7 @@ import pytest
 
 from conftest import APP, jsonl, write
 from modelserver import Reply
-from regkit import openai_profile, registry_yaml
+from regkit import RecordSink as Records, openai_profile, registry_yaml
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.engine.replay import exhausted_turn, export_records
 from toolloop_cli.errors import ConfigError, UsageError
@@ -53,16 +53,6 @@ def plan_file(tmp_path, name: str = "plan.yml", *, tools: str = "[echo, marker, 
         {extra}
     """)
 
-
-class Records:
-    def __init__(self) -> None:
-        self.got: list[dict] = []
-
-    def write(self, record: dict, line: bytes | None = None) -> None:
-        self.got.append(record)
-
-    def flush(self) -> None:
-        pass
 
 
 def state(tmp_path):

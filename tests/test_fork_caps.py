@@ -11,6 +11,7 @@ import json
 import pytest
 
 from conftest import APP, write
+from regkit import RecordSink as Sink
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.providers.scripted import ScriptedProvider
 
@@ -50,16 +51,6 @@ def plan_file(tmp_path, name: str, *, max_calls: int = 2, max_tool_calls: int = 
         final_schema: {{type: object, required: [answer]}}
     """))
 
-
-class Sink:
-    def __init__(self) -> None:
-        self.got: list[dict] = []
-
-    def write(self, record: dict, line: bytes | None = None) -> None:
-        self.got.append(record)
-
-    def flush(self) -> None:
-        pass
 
 
 def start(launch: Launch, prepared, *replies: str) -> list[dict]:

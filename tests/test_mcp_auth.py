@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import ROOT, jsonl, write
+from regkit import RecordSink as Records
 
 from toolloop_cli.engine.launch import Launch, RunOptions
 
@@ -97,16 +98,6 @@ def plan(tmp_path: Path, calls: list[dict], name: str = "plan.yml") -> Path:
     return write(tmp_path / name, json.dumps(
         {"version": 1, "registry": "reg.yml", "subagent": "w", "mode": "sequential", "calls": calls}))
 
-
-class Records:
-    def __init__(self) -> None:
-        self.got: list[dict] = []
-
-    def write(self, record: dict, line: bytes | None = None) -> None:
-        self.got.append(record)
-
-    def flush(self) -> None:
-        pass
 
 
 def run(tmp_path: Path, calls: list[dict], name: str = "plan.yml") -> list[dict]:

@@ -11,7 +11,7 @@ import json
 import sqlite3
 
 from conftest import jsonl, write
-from regkit import registry_yaml
+from regkit import RecordSink as Sink, registry_yaml
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.providers.scripted import ScriptedProvider
 from toolloop_cli.store import Store
@@ -22,16 +22,6 @@ FINAL = '{"action": "final", "reason": "enough"}'
 def call(tool: str, **args: object) -> str:
     return json.dumps({"action": "call", "tool": tool, "args": args, "reason": "look"})
 
-
-class Sink:
-    def __init__(self) -> None:
-        self.records: list[dict] = []
-
-    def write(self, record: dict, line: bytes | None = None) -> None:
-        self.records.append(record)
-
-    def flush(self) -> None:
-        pass
 
 
 def plan_file(tmp_path) -> str:
@@ -56,7 +46,7 @@ def go(tmp_path, provider: ScriptedProvider, run_id: str | None = None, **resume
                 else launch.admit(plan_file(tmp_path), RunOptions()))
     sink = Sink()
     result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider})
-    return sink.records, result.summary
+    return sink.got, result.summary
 
 
 def answers_of(tmp_path, run_id: str) -> list[tuple[int, str]]:

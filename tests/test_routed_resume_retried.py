@@ -17,7 +17,7 @@ import threading
 
 from conftest import jsonl, write
 from modelserver import Reply
-from regkit import openai_profile, registry_yaml, routed_plan_yaml
+from regkit import RecordSink as Sink, openai_profile, registry_yaml, routed_plan_yaml
 from test_resume import wait_for
 from test_store import read_log
 from toolloop_cli.engine.launch import Launch, RunOptions
@@ -191,16 +191,6 @@ def test_a_write_run_again_with_retry_interrupted_is_shown_to_the_model(tmp_path
 
 # -- the budgets: of the run's own answers ---------------------------------------------------------
 
-class Sink:
-    def __init__(self) -> None:
-        self.records: list[dict] = []
-
-    def write(self, record: dict, line: bytes | None = None) -> None:
-        self.records.append(record)
-
-    def flush(self) -> None:
-        pass
-
 
 def go(tmp_path, provider: ScriptedProvider, run_id: str | None = None, **resume: object) -> tuple[list[dict], dict]:
     launch = Launch(tmp_path / "state")
@@ -208,7 +198,7 @@ def go(tmp_path, provider: ScriptedProvider, run_id: str | None = None, **resume
                 else launch.admit(str(tmp_path / "plan.yml"), RunOptions()))
     sink = Sink()
     result = launch.start(prepared, sink, handle_signals=False, providers={"openai": provider})
-    return sink.records, result.summary
+    return sink.got, result.summary
 
 
 def test_answers_set_aside_are_not_charged_and_the_run_finishes_on_the_new_ones(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import APP, write
+from regkit import RecordSink as Records
 from toolloop_cli.engine.launch import Launch, RunOptions
 from toolloop_cli.providers import ModelReply
 from toolloop_cli.providers.scripted import ScriptedProvider
@@ -91,16 +92,6 @@ ANSWER = '{"answer": "done"}'
 def scripted(*texts: str) -> ScriptedProvider:
     return ScriptedProvider([ModelReply(t, 10, 5, "m") for t in texts])
 
-
-class Records:
-    def __init__(self) -> None:
-        self.got: list[dict] = []
-
-    def write(self, rec: dict, line: bytes | None = None) -> None:
-        self.got.append(rec)
-
-    def flush(self) -> None:
-        pass
 
 
 def start(tmp_path: Path, path: Path, provider: ScriptedProvider, **options) -> tuple[list[dict], dict]:
