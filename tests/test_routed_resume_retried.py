@@ -271,3 +271,41 @@ def test_another_error_goes_past_unless_the_guardrails_show_the_model_the_same(t
             assert echoed == ["fresh"] and len(fresh.requests) == 3
         else:  # both errors are withheld alike: turn 2's recorded answer and call are the run's
             assert echoed == ["recorded", "fresh"] and len(fresh.requests) == 3
+
+
+# -- a supervisor pause the old path was resumed past -----------------------------------------------
+
+def test_a_pause_the_recorded_path_was_resumed_past_pauses_the_new_path_again(tmp_path):
+    write(tmp_path / "reg.yml", registry_yaml("echo", "flaky"))
+    write(tmp_path / "plan.yml", """
+        version: 1
+        registry: reg.yml
+        subagent: t
+        mode: routed
+        goal: Find x.
+        router_profile: {provider: openai, model: m}
+        final_profile: {provider: openai, model: m}
+        budget: {max_iterations: 4, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}
+        final_schema: {type: object, required: [answer]}
+        supervisor:
+          rules:
+            - {when: no_progress, count: 1}
+          on_violation: pause
+    """)
+    def lookup(n: int) -> str:  # fails the first time; then {"key": "a"} whatever the log
+        return decide("flaky", log=str(tmp_path / f"log{n}"), key="a", marker=str(tmp_path / "marker"))
+
+    # the lookup fails, then its result repeats at turn 3: the supervisor pauses the run there
+    _records, summary = go(tmp_path, ScriptedProvider([lookup(1), lookup(2), lookup(3)]))
+    run_id = summary["run_id"]
+    assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "supervisor", summary
+    # a person resumes it past that pause; it stops again at its turn budget, before turn 4's call
+    _records, summary = go(tmp_path, ScriptedProvider([decide("echo", key="y")]), run_id)
+    assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "budget", summary
+
+    # resumed with --retry-failed: the lookup now succeeds, so the recorded turns 2-4 are set aside;
+    # on the new path the result repeats at turn 3 too, and that pause is this path's own
+    fresh = ScriptedProvider([decide("echo", key="x"), lookup(3), FOUND, ANSWER])
+    _records, summary = go(tmp_path, fresh, run_id, retry_failed=True, raises={"max_iterations": 6})
+    assert summary["outcome"] == "paused" and summary["paused_by"]["kind"] == "supervisor", summary
+    assert summary["loop"]["iterations"] == 3 and len(fresh.requests) == 2

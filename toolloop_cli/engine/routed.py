@@ -204,9 +204,13 @@ class RoutedRunner(FinalAnswer, LoopCalls):
 
     def _went_past(self, from_n: int) -> None:
         """The run goes another way than its recorded answers from ``from_n`` on: they, and the
-        calls the recording made from this turn's seq on, are not its own (``ModelCalls``)."""
+        calls the recording made from this turn's seq on, are not its own (``ModelCalls``). Nor
+        are the supervisor pauses that path was resumed past from this turn on: a rule that fires
+        there on the new path pauses the run again (a person let the old path go on, not this one)."""
         if self.recording is not None:
             self.recording.went_past(self.seq)
+        turn = self.ledger.iterations  # the turn in progress, or the last one whose rules have run
+        self.resumed_pauses = {p for p in self.resumed_pauses if p[0] < turn}
         self.handle.drop_went_past(from_n, self.seq)
 
     def _forked(self, answers: Any, run: RunHandle) -> dict[str, Any]:
