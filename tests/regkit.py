@@ -142,3 +142,14 @@ class RecordSink:
 
     def flush(self) -> None:
         pass
+
+
+def state_rows(tmp_path, sql: str) -> list[tuple]:
+    """The rows ``sql`` selects from the journal of the CLI run in ``tmp_path`` (its ``.toolloop``)."""
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
 
 from conftest import jsonl, write
 from modelserver import Reply
-from regkit import RecordSink as Sink, openai_profile, registry_yaml, routed_plan_yaml
+from regkit import RecordSink as Sink, openai_profile, registry_yaml, routed_plan_yaml, state_rows as rows
 from test_resume import wait_for
 from test_store import read_log
 from toolloop_cli.engine.launch import Launch, RunOptions
@@ -65,14 +64,6 @@ def killed_at_the_final_answer(tmp_path, server, *args: str) -> None:
     finally:
         proc.kill()
         proc.communicate()
-
-
-def rows(tmp_path, sql: str) -> list[tuple]:
-    db = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
 
 
 def run_id_of(tmp_path) -> str:
@@ -201,19 +192,25 @@ def go(tmp_path, provider: ScriptedProvider, run_id: str | None = None, **resume
     return sink.got, result.summary
 
 
-def test_answers_set_aside_are_not_charged_and_the_run_finishes_on_the_new_ones(tmp_path):
-    write(tmp_path / "reg.yml", registry_yaml("echo", "flaky"))
-    write(tmp_path / "plan.yml", """
+def pausing_plan(tmp_path, max_iterations: int, extra: str = "") -> None:
+    """A routed plan for the scripted provider (in process) that pauses when its budget runs out
+    after ``max_iterations`` turns; ``extra``: more of the plan (already indented)."""
+    write(tmp_path / "plan.yml", f"""
         version: 1
         registry: reg.yml
         subagent: t
         mode: routed
         goal: Find x.
-        router_profile: {provider: openai, model: m}
-        final_profile: {provider: openai, model: m}
-        budget: {max_iterations: 2, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}
-        final_schema: {type: object, required: [answer]}
-    """)
+        router_profile: {{provider: openai, model: m}}
+        final_profile: {{provider: openai, model: m}}
+        budget: {{max_iterations: {max_iterations}, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}}
+        final_schema: {{type: object, required: [answer]}}
+{extra}    """)
+
+
+def test_answers_set_aside_are_not_charged_and_the_run_finishes_on_the_new_ones(tmp_path):
+    write(tmp_path / "reg.yml", registry_yaml("echo", "flaky"))
+    pausing_plan(tmp_path, 2)
     log, marker = str(tmp_path / "log"), str(tmp_path / "marker")
     lookup = decide("flaky", log=log, key="a", marker=marker)
     _records, summary = go(tmp_path, ScriptedProvider([lookup, decide("echo", key="stale")], tokens=(100, 50)))
@@ -238,18 +235,7 @@ def counted_plan(tmp_path, guards: str) -> None:
     """A lookup that fails with another message each time it runs (``failure 1``, ``failure 2``…),
     and a run that pauses after two turns."""
     write(tmp_path / "reg.yml", registry_yaml("echo", "boom").replace("testapp.tools:boom", "testapp.tools:fail_then_ok"))
-    write(tmp_path / "plan.yml", f"""
-        version: 1
-        registry: reg.yml
-        subagent: t
-        mode: routed
-        goal: Find x.
-        router_profile: {{provider: openai, model: m}}
-        final_profile: {{provider: openai, model: m}}
-        budget: {{max_iterations: 2, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}}
-        final_schema: {{type: object, required: [answer]}}
-        {guards}
-    """)
+    pausing_plan(tmp_path, 2, f"        {guards}\n")
 
 
 def test_another_error_goes_past_unless_the_guardrails_show_the_model_the_same(tmp_path):
@@ -277,21 +263,11 @@ def test_another_error_goes_past_unless_the_guardrails_show_the_model_the_same(t
 
 def test_a_pause_the_recorded_path_was_resumed_past_pauses_the_new_path_again(tmp_path):
     write(tmp_path / "reg.yml", registry_yaml("echo", "flaky"))
-    write(tmp_path / "plan.yml", """
-        version: 1
-        registry: reg.yml
-        subagent: t
-        mode: routed
-        goal: Find x.
-        router_profile: {provider: openai, model: m}
-        final_profile: {provider: openai, model: m}
-        budget: {max_iterations: 4, max_tokens: 100000, max_tool_calls: 10, timeout_s: 60, on_exceeded: pause}
-        final_schema: {type: object, required: [answer]}
-        supervisor:
+    pausing_plan(tmp_path, 4, """        supervisor:
           rules:
             - {when: no_progress, count: 1}
           on_violation: pause
-    """)
+""")
     def lookup(n: int) -> str:  # fails the first time; then {"key": "a"} whatever the log
         return decide("flaky", log=str(tmp_path / f"log{n}"), key="a", marker=str(tmp_path / "marker"))
 

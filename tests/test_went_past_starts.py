@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 
 from conftest import jsonl, write
-from regkit import openai_profile, registry_yaml, routed_plan_yaml
+from regkit import openai_profile, registry_yaml, routed_plan_yaml, state_rows as rows
 from test_resume import wait_for
 from test_store import read_log
 
@@ -43,14 +42,6 @@ def kill(proc: subprocess.Popen) -> None:
     assert proc.poll() is None, proc.communicate()
     proc.kill()
     proc.communicate()
-
-
-def rows(tmp_path, sql: str) -> list[tuple]:
-    db = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
-    try:
-        return db.execute(sql).fetchall()
-    finally:
-        db.close()
 
 
 def test_a_started_call_went_past_is_not_in_flight_for_the_resumed_run(tmp_path, model_server, cli):

@@ -16,7 +16,9 @@ EXIT_CODES = {"ok": 0, "failed": 1, "rejected": 3, "stopped": 4, "interrupted": 
 FAILED_STATUSES = frozenset({"error", "timeout", "invalid_output"})
 
 
-_last_second: list = [None, ""]
+#: the last second formatted, and its date part: one tuple, replaced whole, so a thread never
+#: reads one second's date with another's (a process may run several runs, e.g. ``serve``)
+_last_second: tuple = (None, "")
 
 
 def rfc3339(epoch_s: float | None) -> str | None:
@@ -24,10 +26,10 @@ def rfc3339(epoch_s: float | None) -> str | None:
     if epoch_s is None:
         return None
     second, frac = divmod(round(epoch_s * 1_000_000), 1_000_000)
+    global _last_second
     cached = _last_second
     if cached[0] != second:  # receipts cluster within a second: format the date part once
-        cached[1] = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.")
-        cached[0] = second
+        cached = _last_second = (second, datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S."))
     return "%s%06dZ" % (cached[1], frac)  # cheaper than an f-string's format spec, twice a receipt
 
 
