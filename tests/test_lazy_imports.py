@@ -14,11 +14,13 @@ from pathlib import Path
 WATCHED = ("pickle", "toolloop_cli.contract.sandbox", "toolloop_cli.engine.executors.sandbox")
 
 
-def _run(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
+def run_watching(tmp_path: Path, *args: str, watched: tuple[str, ...] = WATCHED) -> tuple[int, dict, str]:
+    """``toolloop ARGS`` in a fresh interpreter: its exit code, which of the ``watched`` modules it
+    imported, and its standard output."""
     probe = ("import sys, json\nsys.argv = ['toolloop', *json.loads(sys.argv[1])]\n"
              "from toolloop_cli.cli.app import main\n"
              "try:\n    main()\nfinally:\n"
-             f"    sys.stderr.write('\\n' + json.dumps({{m: m in sys.modules for m in {WATCHED!r}}}))\n")
+             f"    sys.stderr.write('\\n' + json.dumps({{m: m in sys.modules for m in {watched!r}}}))\n")
     done = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], cwd=tmp_path, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=120)
     return done.returncode, json.loads(done.stderr.splitlines()[-1]), done.stdout
@@ -37,19 +39,19 @@ def _files(tmp_path: Path, isolation: str = "async") -> None:
 
 def test_a_one_call_plan_and_validate_import_no_sandbox_and_no_pickle(tmp_path):
     _files(tmp_path)
-    code, imported, out = _run(tmp_path, "run", "one.yml", "--format", "jsonl", "--state-dir", str(tmp_path / "s"))
+    code, imported, out = run_watching(tmp_path, "run", "one.yml", "--format", "jsonl", "--state-dir", str(tmp_path / "s"))
     assert code == 0, out
     receipt = json.loads(out.splitlines()[0])
     assert receipt["status"] == "ok" and receipt["isolation"] is None
     assert imported == dict.fromkeys(WATCHED, False)
-    code, imported, out = _run(tmp_path, "validate", "reg.yml", "one.yml")
+    code, imported, out = run_watching(tmp_path, "validate", "reg.yml", "one.yml")
     assert code == 0, out
     assert imported == dict.fromkeys(WATCHED, False)
 
 
 def test_a_process_worker_still_gets_its_reply(tmp_path):
     _files(tmp_path, isolation="process")
-    code, imported, out = _run(tmp_path, "run", "one.yml", "--format", "jsonl", "--state-dir", str(tmp_path / "s"))
+    code, imported, out = run_watching(tmp_path, "run", "one.yml", "--format", "jsonl", "--state-dir", str(tmp_path / "s"))
     assert code == 0, out
     receipt = json.loads(out.splitlines()[0])
     assert (receipt["status"], receipt["result"], receipt["isolation"]) == ("ok", {"pid": 1}, None)

@@ -5,25 +5,18 @@ declares a server (a real stdio MCP server) loads them and runs as before."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 from conftest import ROOT
+from test_lazy_imports import run_watching
 
 WATCHED = ("toolloop_cli.contract.mcp", "toolloop_cli.contract.mcp_tokens", "toolloop_cli.contract.mcp_servers")
 SERVER = ROOT / "tests" / "mcp_stdio_server.py"
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, dict, str]:
-    probe = ("import sys, json\nsys.argv = ['toolloop', *json.loads(sys.argv[1])]\n"
-             "from toolloop_cli.cli.app import main\n"
-             "try:\n    main()\nfinally:\n"
-             f"    sys.stderr.write('\\n' + json.dumps({{m: m in sys.modules for m in {WATCHED!r}}}))\n")
-    done = subprocess.run([sys.executable, "-c", probe, json.dumps(args)], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=120)
-    return done.returncode, json.loads(done.stderr.splitlines()[-1]), done.stdout
+    return run_watching(tmp_path, *args, watched=WATCHED)
 
 
 def _plan(tmp_path: Path, tool: str) -> None:

@@ -50,6 +50,22 @@ def starts(tmp_path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+def recorded_suite(tmp_path, export: bytes, tool: str) -> None:
+    """``suite.yml``: one case of ``plan.yml`` with ``tools: recorded`` over ``export`` (the
+    fixture), whose one call, of ``tool``, is ok and whose final answer is ``{answer: hi}``."""
+    write(tmp_path / "fixture.jsonl", export.decode())
+    write(tmp_path / "suite.yml", f"""
+        version: 1
+        kind: suite
+        cases:
+          - name: recorded
+            plan: plan.yml
+            fixture: fixture.jsonl
+            tools: recorded
+            expect: {{final: {{answer: hi}}, calls: [{{tool: {tool}, status: ok}}]}}
+    """)
+
+
 def test_a_recorded_case_over_mcp_tools_with_server_schemas_starts_no_server(tmp_path, model_server, cli):
     plan = setup(tmp_path, model_server)
     call = json.dumps({"action": "call", "tool": "srv", "args": {"text": "hi"}, "reason": "say it"})
@@ -62,17 +78,7 @@ def test_a_recorded_case_over_mcp_tools_with_server_schemas_starts_no_server(tmp
     offer = manifest["mcp_tools"]["t/srv"]
     assert offer["name"] == "echo" and offer["description"] == "Say the text back."
     assert offer["input_schema"]["required"] == ["text"]
-    write(tmp_path / "fixture.jsonl", exported.stdout.decode())
-    write(tmp_path / "suite.yml", """
-        version: 1
-        kind: suite
-        cases:
-          - name: recorded
-            plan: plan.yml
-            fixture: fixture.jsonl
-            tools: recorded
-            expect: {final: {answer: hi}, calls: [{tool: srv, status: ok}]}
-    """)
+    recorded_suite(tmp_path, exported.stdout, "srv")
     before = starts(tmp_path)
     asked = len(model_server.requests)
     proc = cli("test", str(tmp_path / "suite.yml"))
