@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from types import SimpleNamespace
 
 from conftest import jsonl, write
-from regkit import openai_profile, registry_yaml, routed_plan_yaml
+from regkit import openai_profile, registry_yaml, routed_plan_yaml, state_rows
 from test_resume import wait_for
 from test_store import read_log
+
+from toolloop_cli.engine.rerun import IN_FLIGHT, counts_as_made, legacy_in_flight
 
 KEY = "sk-in-flight-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -66,3 +70,34 @@ def test_a_write_in_flight_counts_toward_max_calls_when_the_routed_run_resumes(t
     assert [(r["tool"], r["status"]) for r in forked if r["type"] == "receipt"] == [("log_gate", "interrupted")]
     assert [r["rejected"] for r in forked if r["type"] == "decision"] == [None, "over_budget", None], forked
     assert read_log(tmp_path / "log") == ["w"]
+    # the fork's journal holds the write's start marker as its own: a later reading of the fork
+    # knows it was in flight from the journal, not from the receipt's wording
+    fork_id = forked[-1]["run_id"]
+    assert state_rows(tmp_path, f"SELECT seq FROM starts WHERE run_id='{fork_id}'") == [(0,)]
+
+    # a fork written before forks copied start markers (the marker gone, as that code left it):
+    # its copy is still recognised, so a fork of it rejects the live proposal the same way
+    con = sqlite3.connect(tmp_path / ".toolloop" / "state.db")
+    with con:
+        con.execute("DELETE FROM starts WHERE run_id=?", (fork_id,))
+    con.close()
+    model_server.script(write_call(tmp_path, "forked again"), FINAL, '{"answer": 3}')
+    again = cli("replay", fork_id, "--from", "2", "--execute-writes", "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    assert again.returncode == 0, again.stderr.decode()
+    refork = jsonl(again.stdout)
+    assert [r["rejected"] for r in refork if r["type"] == "decision"] == [None, "over_budget", None], refork
+    assert read_log(tmp_path / "log") == ["w"]
+
+
+def test_only_the_journal_start_marker_says_a_write_was_in_flight():
+    """A receipt settled ``interrupted`` with the in-flight wording but no start marker (a tool's
+    own message, or an engine message reworded) is not a write that may have happened; the same
+    receipt with its start marker is. A journal of the old shape is read by its exact form only."""
+    said = SimpleNamespace(seq=4, attempts=0, cache="off", status="interrupted",
+                           error={"kind": "interrupted", "message": IN_FLIGHT})
+    assert not counts_as_made(said, started={1, 2})
+    assert counts_as_made(said, started={4})
+    own = {"seq": 4, "status": "error", "attempts": 1, "error": {"kind": "RuntimeError", "message": IN_FLIGHT}}
+    unran = {"seq": 5, "status": "interrupted", "attempts": 0, "error": {"kind": "ToolError", "message": IN_FLIGHT}}
+    legacy = {"seq": 6, "status": "interrupted", "attempts": 0, "error": {"kind": "interrupted", "message": IN_FLIGHT}}
+    assert legacy_in_flight([own, unran, legacy]) == {6}

@@ -6,9 +6,10 @@ fork (``replay --from N``: a new run that takes the recorded turns before N, the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
-from .rerun import resume_action, write_in_flight
+from .rerun import legacy_in_flight, resume_action, write_in_flight
 
 #: the message of a write or destructive call a fork refuses from its first live turn on
 FORK_DENIED = "not executed in a fork; pass --execute-writes"
@@ -138,6 +139,13 @@ class Recording:
         if effect in ("write", "destructive") and not self.execute_writes:
             return rec
         return None
+
+
+def recorded_starts(store: Any, run_id: str, receipts: Iterable[dict]) -> set[int]:
+    """The seqs of run ``run_id`` whose at-most-once write had started: its journal's start
+    markers, and the in-flight writes a replay or fork written before it copied their markers
+    took from its recording (``receipts``: the run's)."""
+    return store.started_seqs(run_id) | legacy_in_flight(receipts)
 
 
 def seconds_used(receipts: list[dict], answers: list[dict]) -> float:

@@ -15,7 +15,7 @@ from ..chain import refuse_unless_it_holds
 from ..plan.admit import AdmittedPlan
 from ..receipts import rfc3339
 from ..store import Store
-from .recording import Recording
+from .recording import Recording, recorded_starts
 
 #: keys that differ between any two runs and are not compared; ``cache`` among them, since a
 #: replay bypasses the cache (its receipts say ``off``): how the recording got a result, from the
@@ -34,8 +34,9 @@ def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bo
     refuse_unless_it_holds(store, run, "replayed")
     plan = admit_journaled(run, store=store)
     receipts = store.receipts_of(run["run_id"])
+    # the recording's writes that were in flight: their copies still count as made (``rerun.py``)
     recording = Recording(answers=store.model_answers_of(run["run_id"]), receipts={r["seq"]: r for r in receipts},
-                          started=set(), replay=True, offline=offline, execute_writes=execute_writes,
+                          started=recorded_starts(store, run["run_id"], receipts), replay=True, offline=offline, execute_writes=execute_writes,
                           pauses=_pauses_gone_past(store, run))
     return plan, recording
 
@@ -89,7 +90,8 @@ def prepare_fork(store: Store, run: dict, turn: int, *, plan_file: str | None = 
     # a supervisor pause the recording went past (resumed) before turn N does not stop the fork
     pauses = frozenset((r["iteration"], r["rule"]) for r in records if r.get("type") == "supervisor"
                        and r.get("action") == "pause" and (r.get("iteration") or 0) < turn)
-    recording = Recording(answers=before, receipts=receipts, started=set(), replay=True, offline=True,
+    started = recorded_starts(store, rid, receipts.values()) & receipts.keys()
+    recording = Recording(answers=before, receipts=receipts, started=started, replay=True, offline=True,
                           pauses=pauses, fork=Fork(rid, turn, execute_writes, _child_of(run)))
     return plan, recording
 

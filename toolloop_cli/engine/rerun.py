@@ -9,12 +9,14 @@ resume (``resume.py``) and by the routed runner going through its journal again 
   whose start was committed: then it is reported ``interrupted`` (``--retry-interrupted`` runs it).
 
 A kept receipt counts toward its tool's ``max_calls`` when the call ran (``counts_as_made``): an
-attempt, a cache hit, or an ``interrupted`` write that had started, which may have happened.
+attempt, a cache hit, or an ``interrupted`` write that had started, which may have happened. That a
+write had started is the journal's start marker for its seq, never a receipt's wording: a replay or
+a fork that copies such a receipt writes the marker into its own journal too (``copies_start``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 from ..receipts import FAILED_STATUSES
@@ -27,8 +29,13 @@ RETRIED_IF_FAILED = FAILED_STATUSES | {"invalid_input"}
 NOT_DONE = (None, "cancelled", "skipped")
 
 #: the message of a write reported ``interrupted`` because its start was committed with no receipt
+#: (for people: nothing reads it back; free to reword)
 IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
              " run it again on purpose with --retry-interrupted")
+#: that message as journals written before replays and forks copied start markers hold it: their
+#: copies are recognised by it once, when their journal is read (``legacy_in_flight``); never reword
+_LEGACY_IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
+                     " run it again on purpose with --retry-interrupted")
 
 
 def resume_action(status: str | None, *, in_flight_write: bool, retry_failed: bool, retry_interrupted: bool) -> str:
@@ -56,9 +63,24 @@ def counts_as_made(receipt: Any, started: Collection[int] = ()) -> bool:
     """Whether a settled call counts as one its tool made (toward ``max_calls``, and a write
     toward the supervisor's count of writes that ran): it had an attempt or a cache hit, or it is
     a write settled ``interrupted`` because it was in flight (its start marker is in
-    ``started``, or its receipt says so, as a fork's copy of it does), which may have happened."""
+    ``started``), which may have happened."""
     if receipt.attempts > 0 or receipt.cache == "hit":
         return True
-    if receipt.status != "interrupted":
-        return False
-    return receipt.seq in started or (receipt.error or {}).get("message") == IN_FLIGHT
+    return receipt.status == "interrupted" and receipt.seq in started
+
+
+def copies_start(record: dict, started: Collection[int]) -> bool:
+    """Whether a recorded receipt a replay or fork takes as its own is a write that was in flight
+    (settled ``interrupted`` with its start marker in the recording's ``started``): the new run
+    journals a start marker for it too, so it still counts as made when that run is read again."""
+    return record.get("status") == "interrupted" and record.get("seq") in started
+
+
+def legacy_in_flight(receipts: Iterable[dict]) -> set[int]:
+    """Seqs of receipts a replay or fork written before it copied start markers took from its
+    recording as in-flight writes: settled ``interrupted`` by the engine (kind ``interrupted``,
+    no attempt) with the message it gave them then. A tool's own failure never has that shape (it
+    had an attempt, and its error's kind is its own)."""
+    return {r["seq"] for r in receipts if r.get("status") == "interrupted" and not r.get("attempts")
+            and (r.get("error") or {}).get("kind") == "interrupted"
+            and (r.get("error") or {}).get("message") == _LEGACY_IN_FLIGHT}

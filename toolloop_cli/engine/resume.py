@@ -366,14 +366,14 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
                            retry_interrupted: bool = False) -> Any:
     """What a routed run's journal holds, for the routed runner to replay when it goes on (a
     resumed run, or a child run its parent resumes)."""
-    from .recording import Fork, Recording, seconds_used
+    from .recording import Fork, Recording, recorded_starts, seconds_used
 
     run_id = run["run_id"]
     receipts = store.receipts_of(run_id)
     answers = store.model_answers_of(run_id)
     pauses = frozenset((rec["iteration"], rec["rule"]) for _before, rec in store.records_of(run_id)
                        if rec.get("type") == "supervisor" and rec.get("action") == "pause")
-    return Recording(answers=answers, receipts={r["seq"]: r for r in receipts}, started=store.started_seqs(run_id),
+    return Recording(answers=answers, receipts={r["seq"]: r for r in receipts}, started=recorded_starts(store, run_id, receipts),
                      retry_failed=retry_failed, retry_interrupted=retry_interrupted,
                      seconds_used=seconds_used(receipts, answers), pauses=pauses,
                      fork=Fork.from_options(run["options"]))

@@ -19,7 +19,7 @@ from .endings import InFlight
 from .endings import LoopEnd as _End
 from .gates import Refuse, Wait, check_call
 from .guardrails import check_observation
-from .rerun import IN_FLIGHT, counts_as_made
+from .rerun import IN_FLIGHT, copies_start, counts_as_made
 
 
 class LoopCalls:
@@ -161,6 +161,8 @@ class LoopCalls:
         if rec is None:
             return None
         ctx = self.handle.ctx
+        if copies_start(rec, self.recording.started) and ctx.services.before_start is not None:
+            ctx.services.before_start((seq, tool, rec.get("args_sha256")))  # a write in flight: this journal's too
         return Receipt.from_record({**rec, "run_id": ctx.run_id, "receipt_id": ctx.sequence.new_receipt_id(),
                                     "completion_seq": ctx.sequence.next_completion(), "iteration": it})
 
