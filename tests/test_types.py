@@ -15,6 +15,8 @@ SEAMS = {
     "toolloop_cli/engine/gates.py",
     "toolloop_cli/engine/settle.py",
     "toolloop_cli/engine/session.py",
+    "toolloop_cli/engine/options.py",
+    "toolloop_cli/engine/signals.py",
     "toolloop_cli/engine/handle.py",
     "toolloop_cli/engine/budget.py",
     "toolloop_cli/engine/taint.py",

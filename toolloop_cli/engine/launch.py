@@ -19,9 +19,10 @@ from typing import IO, Any, Protocol
 
 from ..errors import ConfigError, UsageError
 from ..plan.admit import AdmittedPlan
+from .options import RunOptions
 from .run import execute_plan
 from .runstate import HaltPolicy
-from .session import RunOptions, RunResult, new_run_id
+from .session import RunResult, new_run_id
 
 __all__ = ["HaltPolicy", "Launch", "Prepared", "RunOptions", "Sink", "open_lanes", "resumed_options"]
 

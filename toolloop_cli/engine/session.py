@@ -5,111 +5,36 @@ gets a narrow handle on the run (``handle.RunHandle``, not the session) and retu
 ``RunnerEnd``: the lanes runner (``run.LanesRunner``) for sequential and parallel plans, the routed
 loop for routed plans. The runner settles its records through the handle; the session commits
 them, writes the summary last and says how the run ended. Output goes through the ``emit``
-callback only; nothing here prints.
+callback only; nothing here prints. How a run goes is its ``RunOptions`` (``options.py``); the
+signals it takes while its loop runs, and those its command holds around it, are ``signals.py``'s.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
-import threading
 import time
 import uuid
-from contextlib import contextmanager
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Awaitable, Callable, Iterator, Protocol, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Awaitable, Callable, Protocol, TypeVar
 
 import trio
 
 from ..contract.compiled import Contract
-from ..contract.problems import Problem
 from ..errors import RunError, StateError
-from ..receipts import EXIT_CODES, Receipt, summary_record, summary_status
+from ..receipts import EXIT_CODES, summary_record, summary_status
 from ..store import JournalWriter
-from .context import DEFAULT_OUTPUT_CAP, RunContext, RunServices
+from .context import RunContext, RunServices
 from .executors import Executors
 from .handle import RunHandle
+from .options import RunOptions as RunOptions  # where the runners and the command line import it from
 from .redact import RunSecrets, run_credentials, scrub_record
-from .runstate import HaltPolicy, RunState
+from .runstate import RunState
 from .settle import Settlement
+from .signals import RunSignals, held_signals as held_signals  # the command line holds signals from here
 from .telemetry import open_telemetry
 
 Emit = Callable[[dict[str, Any]], None]
-_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _journaled(default: Any) -> Any:
-    """A field that is part of what the run was asked to do: journaled with the run, and read back
-    by ``RunOptions.from_journal`` when it is resumed."""
-    return field(default=default, metadata={"journaled": True})
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """How a run goes: the options it was asked for (the journaled fields, stored with the run as
-    they are and read back by ``from_journal``) and the hooks of whoever runs it (callbacks, the
-    clock, signal handling: never journaled)."""
-
-    halt: HaltPolicy | None = _journaled(None)
-    default_timeout_s: float | None = _journaled(None)
-    no_cache: bool = _journaled(False)
-    refresh_cache: bool = _journaled(False)
-    output_cap_bytes: int = _journaled(DEFAULT_OUTPUT_CAP)
-    approve: str = _journaled("ask")  # answer to approval gates: ask | all | none
-    order: str = _journaled("input")  # input | completion (run --order)
-    # where calls of callables run: "local" (this process, its threads and worker processes) or
-    # "ray" (tasks on the cluster at ``ray_address``, else RAY_ADDRESS, else a local Ray for the run)
-    executor: str = _journaled("local")
-    ray_address: str | None = _journaled(None)
-    # out-of-band identity of the run (run --label KEY=VALUE), journaled as the run's labels rather
-    # than with its options; None on resume keeps the run's own
-    labels: dict[str, str] | None = None
-
-    audit: Callable[[dict[str, Any]], None] | None = None
-    ask: Any = None  # with approve=ask: a person at a terminal (cli/prompt.py); None pauses the run
-    on_receipt: Callable[[Receipt], None] | None = None  # progress display, in the engine thread
-    # called on the output thread after each batch of records handed to ``emit`` (flush a pipe
-    # once per batch rather than once per record)
-    flush_output: Callable[[], None] | None = None
-    # a sink's writer that also takes the bytes a record is journaled as: when set, each record the
-    # journal hands on goes to ``emit_line(record, line)`` instead of ``emit(record)``, ``line`` its
-    # compact JSON as stored (``_json.dumps``) or None, so a JSON writer need not encode it again
-    emit_line: Callable[[dict[str, Any], bytes | None], None] | None = None
-    # findings of a lane refused by ``run --stream`` (its calls get invalid_input receipts)
-    on_rejected: Callable[[list[Problem]], None] | None = None
-    # SIGINT/SIGTERM handling (main thread only): the first signal cancels the run, a second forces
-    # an exit with code 130. ``on_signal`` gets a one-line notice for a person; it may be called
-    # from a signal handler, so it must not take locks (write with os.write).
-    handle_signals: bool = True
-    on_signal: Callable[[str], None] | None = None
-    # one-line warnings for a person (a damaged cache entry): standard error in the CLI
-    on_warning: Callable[[str], None] | None = None
-    # the event loop's clock: None for the real one (trio.testing.MockClock makes timeout tests instant)
-    clock: Any = None
-    # provider instances by provider name: each answers every profile of a routed run (and of its
-    # child runs) that names it, instead of one made from the profile; the caller closes them
-    providers: dict[str, Any] | None = None
-    # whether the plan's ``notify`` is told about the run (off for a replay and a test case)
-    notifications: bool = True
-
-    def journal_form(self) -> dict[str, Any]:
-        """The journaled fields as the run's ``options`` hold them (the halt policy as a mapping)."""
-        form = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("journaled")}
-        form["halt"] = self.halt.journal_form() if self.halt else None
-        return form
-
-    @classmethod
-    def from_journal(cls, journaled: dict[str, Any] | None, **hooks: Any) -> RunOptions:
-        """The options a journaled run was started with (its ``options``; keys it does not know, and
-        the plan's own, are left aside; one it lacks, journaled by an older toolloop, takes its
-        default), with ``hooks`` set."""
-        journaled = journaled or {}
-        taken = {f.name: journaled[f.name] for f in fields(cls)
-                 if f.metadata.get("journaled") and journaled.get(f.name) is not None}
-        if taken.get("halt") is not None:
-            taken["halt"] = HaltPolicy(**taken["halt"])
-        return cls(**taken, **hooks)
 
 
 @dataclass
@@ -128,112 +53,6 @@ class Runner(Protocol):
 
     def __call__(self, run: RunHandle) -> Awaitable[RunnerEnd]:
         """Run, through the narrow handle the session gives (``handle.py``), not the session."""
-
-
-class SignalCount:
-    """The SIGINT and SIGTERM a command has had. The first stops what it can; the second, wherever
-    it lands, exits at once with 130: every receipt already written is committed, and calls
-    without one are run again (or reported interrupted) by resume."""
-
-    def __init__(self, notice: Callable[[str], None] | None):
-        self.notice = notice
-        self.seen = 0
-        self.run_ended = False  # said in the notice of a signal that lands after the run
-
-    def tell(self, text: str) -> None:
-        if self.notice is not None:
-            try:
-                self.notice(text)
-            except Exception:  # noqa: BLE001 - a notice must never break signal handling
-                pass
-
-    def first_or_force(self, sig: int, doing: str) -> None:
-        name = signal.Signals(sig).name
-        if self.seen:
-            self.tell(f"{name} again: stopping now; every receipt written so far is in the journal")
-            os._exit(130)
-        self.seen += 1
-        self.tell(f"{name}: {doing} (send it again to stop at once)")
-
-    def held(self, sig: int, _frame: Any) -> None:
-        """The handler while no run's event loop takes the signals (``held_signals``)."""
-        self.first_or_force(sig, "writing what the run has done, then stopping" if self.run_ended
-                           else "the run stops before its first call")
-
-
-_HELD: SignalCount | None = None
-
-
-@contextmanager
-def held_signals(notice: Callable[[str], None] | None = None) -> Iterator[SignalCount | None]:
-    """SIGINT and SIGTERM for the whole of a command that runs a plan: from before its run starts
-    (loading, admission, opening the journal) until its output is closed. A run's own handling
-    takes them while it goes (``RunSession.run``); before and after, they are counted, never a
-    ``KeyboardInterrupt`` or a silent end, so the run's start, its summary and its output are never
-    cut off half-way. A signal before the run makes it start interrupted (its summary says so,
-    exit 130); one after its summary is written changes nothing; a second exits at once with 130.
-    Nested uses share the outer count; off the main thread this does nothing."""
-    global _HELD
-    if _HELD is not None or threading.current_thread() is not threading.main_thread():
-        yield _HELD
-        return
-    count = SignalCount(notice)
-    previous = {sig: signal.signal(sig, count.held) for sig in _SIGNALS}
-    _HELD = count
-    try:
-        yield count
-    finally:
-        _HELD = None
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-class _Signals:
-    """SIGINT and SIGTERM for the length of a run.
-
-    Outside the event loop (journaling the plan, flushing the journal) a plain handler only
-    records the request: nothing is in flight then, and lanes check the flag before each call.
-    Inside it, trio's signal receiver cancels the calls in flight from the loop's own thread.
-    Signals are counted with those the command had before the run (``held_signals``): one that
-    came before makes the run start interrupted, and after the run the command's count goes on.
-    """
-
-    def __init__(self, state: RunState, options: RunOptions):
-        self.state = state
-        self.enabled = options.handle_signals and threading.current_thread() is threading.main_thread()
-        self.count = _HELD if self.enabled and _HELD is not None else SignalCount(options.on_signal)
-        self._previous: dict[int, Any] = {}
-
-    def __enter__(self) -> "_Signals":
-        if self.enabled:
-            for sig in _SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._outside)
-            if self.count.seen:
-                self.state.interrupted = True  # a signal while the command started: nothing runs
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.count.run_ended = True
-        for sig, handler in self._previous.items():
-            # the command's own handler when there is one (ray.init, run in between, sets its own)
-            signal.signal(sig, self.count.held if self.count is _HELD else handler)
-
-    def _first_or_force(self, sig: int) -> None:
-        self.count.first_or_force(sig, "cancelling the calls in flight")
-
-    def _outside(self, sig: int, frame: Any) -> None:
-        if self.count.run_ended:  # the loop is over: the outcome is known
-            self.count.held(sig, frame)
-            return
-        self._first_or_force(sig)
-        self.state.interrupted = True
-
-    async def watch(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        with trio.open_signal_receiver(*_SIGNALS) as signals:
-            task_status.started()
-            async for sig in signals:
-                self._first_or_force(sig)
-                self.state.interrupt()
 
 
 _E = TypeVar("_E", bound=BaseException)
@@ -367,7 +186,7 @@ class RunSession:
         state = self.state
         # connected before the run is journaled (a cluster that cannot be reached leaves no run),
         # and before the signal handlers (ray.init sets its own)
-        with self.ctx.services.executors.connected(), _Signals(state, self.options) as signals:  # type: ignore[union-attr]
+        with self.ctx.services.executors.connected(), RunSignals(state, self.options) as signals:  # type: ignore[union-attr]
             runner.begin(self)
             self._describe()
             notifier = self.ctx.services.notify
