@@ -109,6 +109,38 @@ def test_a_recorded_case_whose_child_plan_has_mcp_tools_starts_no_server(tmp_pat
     assert starts(tmp_path) > before
 
 
+def test_a_recorded_case_whose_child_plan_was_never_called_starts_no_server(tmp_path, model_server, cli):
+    """The run's contract snapshot keeps what the servers of every child plan it could run
+    offered at admission, so a case admits a child plan the recording never called from the
+    fixture too, with no server."""
+    plan = setup(tmp_path, model_server)
+    model_server.script(FINAL, '{"answer": "hi"}')  # the model answers at once: no child run
+    ran = cli("run", str(plan), "--format", "jsonl", env={"TL_TEST_KEY": KEY})
+    assert ran.returncode == 0, ran.stderr.decode()
+    records = jsonl(ran.stdout)
+    assert [r for r in records if r["type"] == "receipt"] == [], records
+    exported = cli("runs", "export", records[-1]["run_id"])
+    assert exported.returncode == 0, exported.stderr.decode()
+    offer = jsonl(exported.stdout)[0]["mcp_tools"]["k/srv"]
+    assert offer["name"] == "echo" and offer["input_schema"]["required"] == ["text"]
+    write(tmp_path / "fixture.jsonl", exported.stdout.decode())
+    write(tmp_path / "suite.yml", """
+        version: 1
+        kind: suite
+        cases:
+          - name: recorded
+            plan: plan.yml
+            fixture: fixture.jsonl
+            tools: recorded
+            expect: {final: {answer: hi}}
+    """)
+    before = starts(tmp_path)
+    proc = cli("test", str(tmp_path / "suite.yml"))
+    assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
+    assert [r["status"] for r in jsonl(proc.stdout) if r["type"] == "test"] == ["pass"]
+    assert starts(tmp_path) == before
+
+
 def test_an_export_leaves_out_a_name_two_registries_offer_differently():
     """The offers of the run and of every run under it, at any depth, by "subagent/tool"; one that
     a child's registry offers otherwise than another is left out (its server is listed again)."""

@@ -156,6 +156,7 @@ def install(session: RunSession, plans: dict[str, AdmittedPlan], max_depth: int 
     """Let the session's run call ``plan`` tools (a no-op when the plan has none). ``max_depth`` is
     the top plan's cap (default: its subagent's ``runner_defaults.max_depth``)."""
     if plans:
+        session.child_contracts = {path: plan.contract for path, plan in plans.items()}
         if max_depth is None:
             sub = session.ctx.contract.subagents.get(session.ctx.config.subagent or "")
             max_depth = sub.max_depth if sub is not None else 0

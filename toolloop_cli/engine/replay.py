@@ -299,8 +299,9 @@ def export_records(store: Store, run: dict) -> list[dict]:
 
 def _offered(store: Store, run_id: str, children: list[str]) -> dict[str, Any]:
     """What each MCP tool's server offered ("subagent/tool" -> offer) when the run and each child
-    run under it (a ``plan:`` tool's, at any depth) were admitted, from their contract snapshots:
-    a recorded case admits its child plans from them too. A name two of these registries give
+    run under it (a ``plan:`` tool's, at any depth) were admitted, from their contract snapshots
+    (which keep the offers of child plans the run never called too): a recorded case admits its
+    child plans from them. A name two of these registries give
     different offers is left out (its server is listed again rather than admitted from a guess)."""
     offered: dict[str, Any] = {}
     clashes: set[str] = set()
@@ -310,10 +311,14 @@ def _offered(store: Store, run_id: str, children: list[str]) -> dict[str, Any]:
         if rid in seen:
             continue
         seen.add(rid)
-        for name, t in ((store.contract_of(rid) or {}).get("mcp_tools") or {}).items():
-            if isinstance(t, dict) and isinstance(t.get("offered"), dict):
-                if offered.setdefault(name, t["offered"]) != t["offered"]:
-                    clashes.add(name)
+        snapshot = store.contract_of(rid) or {}
+        found = [(name, t.get("offered")) for name, t in (snapshot.get("mcp_tools") or {}).items()
+                 if isinstance(t, dict)]
+        # the child plans it could run, called or not (a case admits every one of them)
+        found += [pair for child in (snapshot.get("child_mcp_tools") or {}).values() for pair in child.items()]
+        for name, offer in found:
+            if isinstance(offer, dict) and offered.setdefault(name, offer) != offer:
+                clashes.add(name)
         if rid != run_id:  # the top run's children are known already
             todo.extend(r["child_run_id"] for r in store.receipts_of(rid) if r.get("child_run_id"))
     return {name: o for name, o in offered.items() if name not in clashes}

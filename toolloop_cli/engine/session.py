@@ -87,6 +87,9 @@ class RunSession:
         #: what a child run's journal entry holds of its parent and context (``child_plans.py``),
         #: so that its parent's resume, and a resume of its own, find and rebuild it
         self.child_options: dict[str, Any] | None = None
+        #: the contracts of the child plans its ``plan:`` tools may run (``child_plans.install``), by
+        #: plan path: their MCP tools' offers go into the run's contract snapshot
+        self.child_contracts: dict[str, Contract] = {}
         self.depth = depth  # 0 for a top plan, 1 for its children, ...
         self.emit = emit
         self.options = options
@@ -283,7 +286,8 @@ class RunSession:
             labels = dict((run or {}).get("labels") or {})
             self.options = replace(self.options, labels=labels)
         self.ctx.config.labels = dict(labels)
-        self.store.describe_run(self.run_id, self.ctx.config.labels, contract_snapshot(self.ctx.contract))
+        self.store.describe_run(self.run_id, self.ctx.config.labels,
+                                contract_snapshot(self.ctx.contract, self.child_contracts))
 
     def _end_telemetry(self, summary: dict[str, Any]) -> None:
         telemetry, self.telemetry = self.telemetry, None
