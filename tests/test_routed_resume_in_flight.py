@@ -17,7 +17,7 @@ from regkit import openai_profile, registry_yaml, routed_plan_yaml, state_rows
 from test_resume import wait_for
 from test_store import read_log
 
-from toolloop_cli.engine.rerun import IN_FLIGHT, counts_as_made, legacy_in_flight
+from toolloop_cli.engine.rerun import IN_FLIGHT, counts_as_made, in_flight_by_form
 
 KEY = "sk-in-flight-canary"
 FINAL = '{"action": "final", "reason": "enough"}'
@@ -61,6 +61,25 @@ def test_a_write_in_flight_counts_toward_max_calls_when_the_routed_run_resumes(t
     assert "has made its max_calls (1)" in json.dumps(model_server.requests[-2].json["messages"])
     assert done.returncode == 0 and records[-1]["status"] == "ok", done.stderr.decode()
 
+    # a test case recorded from it replays the same: the export keeps no start marker, and the
+    # write's copy is known by its form, so the model's second proposal is rejected there too
+    exported = cli("runs", "export", run_id)
+    assert exported.returncode == 0, exported.stderr.decode()
+    write(tmp_path / "fixture.jsonl", exported.stdout.decode())
+    write(tmp_path / "suite.yml", """
+        version: 1
+        kind: suite
+        cases:
+          - name: recorded
+            plan: plan.yml
+            fixture: fixture.jsonl
+            tools: recorded
+            expect: {final: {answer: 1}, calls: [{tool: log_gate, status: interrupted}]}
+    """)
+    case = cli("test", str(tmp_path / "suite.yml"))
+    assert case.returncode == 0, case.stdout.decode() + case.stderr.decode()
+    assert read_log(tmp_path / "log") == ["w"]
+
     # a fork from turn 2 takes the interrupted write as recorded: it counts there too, so the
     # fork's live proposal of the tool is rejected even with --execute-writes
     model_server.script(write_call(tmp_path, "forked"), FINAL, '{"answer": 2}')
@@ -100,4 +119,4 @@ def test_only_the_journal_start_marker_says_a_write_was_in_flight():
     own = {"seq": 4, "status": "error", "attempts": 1, "error": {"kind": "RuntimeError", "message": IN_FLIGHT}}
     unran = {"seq": 5, "status": "interrupted", "attempts": 0, "error": {"kind": "ToolError", "message": IN_FLIGHT}}
     legacy = {"seq": 6, "status": "interrupted", "attempts": 0, "error": {"kind": "interrupted", "message": IN_FLIGHT}}
-    assert legacy_in_flight([own, unran, legacy]) == {6}
+    assert in_flight_by_form([own, unran, legacy]) == {6}

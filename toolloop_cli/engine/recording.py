@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
-from .rerun import legacy_in_flight, resume_action, write_in_flight
+from .rerun import in_flight_by_form, resume_action, write_in_flight
 
 #: the message of a write or destructive call a fork refuses from its first live turn on
 FORK_DENIED = "not executed in a fork; pass --execute-writes"
@@ -143,9 +143,9 @@ class Recording:
 
 def recorded_starts(store: Any, run_id: str, receipts: Iterable[dict]) -> set[int]:
     """The seqs of run ``run_id`` whose at-most-once write had started: its journal's start
-    markers, and the in-flight writes a replay or fork written before it copied their markers
+    markers, and the in-flight writes a replay or fork journaled before it copied their markers
     took from its recording (``receipts``: the run's)."""
-    return store.started_seqs(run_id) | legacy_in_flight(receipts)
+    return store.started_seqs(run_id) | in_flight_by_form(receipts)
 
 
 def seconds_used(receipts: list[dict], answers: list[dict]) -> float:

@@ -12,6 +12,8 @@ A kept receipt counts toward its tool's ``max_calls`` when the call ran (``count
 attempt, a cache hit, or an ``interrupted`` write that had started, which may have happened. That a
 write had started is the journal's start marker for its seq, never a receipt's wording: a replay or
 a fork that copies such a receipt writes the marker into its own journal too (``copies_start``).
+Only where no marker is kept (a test case's fixture, a journal from before copies brought theirs)
+is a copy known by its exact form (``in_flight_by_form``).
 """
 
 from __future__ import annotations
@@ -29,14 +31,12 @@ RETRIED_IF_FAILED = FAILED_STATUSES | {"invalid_input"}
 NOT_DONE = (None, "cancelled", "skipped")
 
 #: the message of a write reported ``interrupted`` because its start was committed with no receipt
-#: (for people: nothing reads it back; free to reword)
 IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
              " run it again on purpose with --retry-interrupted")
-#: that message as journals written before replays and forks copied start markers hold it: their
-#: copies are recognised by it once, when their journal is read (``legacy_in_flight``); never reword
-_LEGACY_IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may not have happened;"
-                     " run it again on purpose with --retry-interrupted")
-
+#: every wording that message has had: where no start marker is kept (an export, a journal written
+#: before replays and forks copied them) a copy is known by it (``in_flight_by_form``); a
+#: rewording of ``IN_FLIGHT`` adds the new text here and keeps the old
+_IN_FLIGHT_TEXTS = frozenset({IN_FLIGHT})
 
 def resume_action(status: str | None, *, in_flight_write: bool, retry_failed: bool, retry_interrupted: bool) -> str:
     """``keep`` (the receipt stands), ``run`` (the call runs again) or ``interrupted`` (an
@@ -76,11 +76,12 @@ def copies_start(record: dict, started: Collection[int]) -> bool:
     return record.get("status") == "interrupted" and record.get("seq") in started
 
 
-def legacy_in_flight(receipts: Iterable[dict]) -> set[int]:
-    """Seqs of receipts a replay or fork written before it copied start markers took from its
-    recording as in-flight writes: settled ``interrupted`` by the engine (kind ``interrupted``,
-    no attempt) with the message it gave them then. A tool's own failure never has that shape (it
+def in_flight_by_form(receipts: Iterable[dict]) -> set[int]:
+    """Seqs of receipts that are copies of writes settled ``interrupted`` because they were in
+    flight, where no start marker came with them (a test case's fixture, an export; a replay or
+    fork journaled before copies brought their marker): settled by the engine (kind
+    ``interrupted``, no attempt) with its message. A tool's own failure never has that shape (it
     had an attempt, and its error's kind is its own)."""
     return {r["seq"] for r in receipts if r.get("status") == "interrupted" and not r.get("attempts")
             and (r.get("error") or {}).get("kind") == "interrupted"
-            and (r.get("error") or {}).get("message") == _LEGACY_IN_FLIGHT}
+            and (r.get("error") or {}).get("message") in _IN_FLIGHT_TEXTS}

@@ -55,9 +55,12 @@ class CaseSettings:
 
 
 def _recording(case: Case, fixture: Fixture, subagent: str) -> Any:
+    from ..engine.rerun import in_flight_by_form
     from .recorded import CaseRecording
 
-    return CaseRecording(answers=list(fixture.answers), receipts=dict(fixture.receipts), started=set(), replay=True,
+    # an export keeps no start markers: its writes that were in flight are known by their receipts
+    return CaseRecording(answers=list(fixture.answers), receipts=dict(fixture.receipts), replay=True,
+                         started=in_flight_by_form(fixture.receipts.values()),
                          offline=case.decl.tools == "recorded", execute_writes=False, subagent=subagent,
                          faults=tuple(case.decl.faults or ()))
 
