@@ -38,6 +38,7 @@ IN_FLIGHT = ("this write was in flight when the run stopped, so it may or may no
 #: rewording of ``IN_FLIGHT`` adds the new text here and keeps the old
 _IN_FLIGHT_TEXTS = frozenset({IN_FLIGHT})
 
+
 def resume_action(status: str | None, *, in_flight_write: bool, retry_failed: bool, retry_interrupted: bool) -> str:
     """``keep`` (the receipt stands), ``run`` (the call runs again) or ``interrupted`` (an
     at-most-once write that was in flight) for a call whose receipt has ``status`` (None: none)."""
