@@ -178,7 +178,10 @@ class RoutedRunner(FinalAnswer, LoopCalls):
                 self._scope = scope
                 if run.interrupted:  # one came while the run started: no model is asked
                     scope.cancel()
-                outcome, final, why = await self._loop()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self.supervision.watch_calls)  # one watch for aborts for every call
+                    outcome, final, why = await self._loop()
+                    nursery.cancel_scope.cancel()
             if run.interrupted:
                 outcome, final = None, None  # a signal: the run is resumable, no outcome yet
             elif self.supervision.aborted is not None:  # an operator's abort while a call ran

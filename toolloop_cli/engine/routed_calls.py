@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from ..receipts import Receipt
 from ..router.observations import observe_masked, observe_receipt, observe_withheld
 from ..router.views import Observation
@@ -130,20 +128,20 @@ class LoopCalls:
         else:
             self._current = InFlight(it, tool, verdict.args, seq, verdict.approval)
             paused = None
-            async with trio.open_nursery() as nursery:
-                if not self.models.replaying:
-                    nursery.start_soon(self.supervision.watch_for_abort, it)
-                try:
-                    receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
-                                                               call_key=call_key, iteration=it,
-                                                               approval=verdict.approval)
-                except ChildPaused as exc:  # a child run waits for a person: so does this loop
-                    paused, self.budgets.child = exc, exc.paused_by
-                else:  # settled before the nursery closes: an abort read now cannot lose it
-                    self._current = None
-                    run.settle(receipt)
-                    self._count(tool, args, receipt)
-                nursery.cancel_scope.cancel()
+            watch = self.supervision
+            if not self.models.replaying:
+                watch.call_started(it)  # the run's watch for aborts looks out for this call
+            try:
+                receipt, _value, _env = await execute_call(ctx, tool, verdict.args, seq=seq, item_key=None,
+                                                           call_key=call_key, iteration=it, approval=verdict.approval)
+            except ChildPaused as exc:  # a child run waits for a person: so does this loop
+                paused, self.budgets.child = exc, exc.paused_by
+            else:  # settled before the call's watch ends: an abort read now cannot lose it
+                self._current = None
+                run.settle(receipt)
+                self._count(tool, args, receipt)
+            finally:
+                watch.call_ended()
             if paused is not None:
                 self._current = None
                 run.pause(None, call_key, paused.child_run_id)

@@ -48,6 +48,11 @@ class Supervision:
         self.controls_seen = 0
         self.aborted: str | None = None  # why, when an operator's abort ended the loop while a call ran
         self.looked_at = float("-inf")  # when the journal was last looked at for an abort (the run's clock)
+        # the call the watch for aborts looks out for (its turn), None between calls; when the watch
+        # looks next; and the cancel scope it sleeps in, whose deadline the runner moves
+        self._watched: int | None = None
+        self._due = float("inf")
+        self._sleep: trio.CancelScope | None = None
 
     # -- what the runner tells it ------------------------------------------------------------
 
@@ -110,19 +115,47 @@ class Supervision:
         return any(kind == "abort" and consumed_at is None for _n, kind, _m, consumed_at
                    in runner.handle.controls_after(self.controls_seen))
 
-    async def watch_for_abort(self, iteration: int) -> None:
-        """While the call of turn ``iteration`` runs: an operator's abort ends the loop at once,
-        cancelling the call (the runner gives it its receipt). The first look is a poll after the
-        runner's own, just before the call's gate (at once if the gate took longer)."""
-        await trio.sleep_until(self.looked_at + CONTROL_POLL_S)
+    def call_started(self, iteration: int) -> None:
+        """The call of turn ``iteration`` starts: the watch looks a poll after the runner's own
+        look, just before the call's gate (at once if the gate took longer), then every poll."""
+        self._watched = iteration
+        self._wake_at(self.looked_at + CONTROL_POLL_S)
+
+    def call_ended(self) -> None:
+        """The call has its receipt: the watch sleeps until the next call starts."""
+        self._watched = None
+        self._wake_at(float("inf"))
+
+    def _wake_at(self, when: float) -> None:
+        self._due = when
+        if self._sleep is not None:
+            self._sleep.deadline = when
+
+    async def watch_calls(self) -> None:
+        """For the whole loop: while a call runs, an operator's abort ends the loop at once,
+        cancelling the call (the runner gives it its receipt). One task for the run, asleep
+        between calls; the runner moves its wake-up as each call starts and ends
+        (``call_started``, ``call_ended``): no task, nursery or timer per call. Returns once an
+        abort ended the loop."""
         while True:
+            with trio.CancelScope(deadline=self._due) as self._sleep:
+                await trio.sleep_forever()
+            self._sleep = None
+            iteration = self._watched
+            if iteration is None or trio.current_time() < self._due:
+                continue  # the call ended (another may have started) before the watch woke
             if self.abort_waiting():
                 why = self.read_controls(iteration + 1, live=True, iteration=iteration)
                 if why is not None:
                     self.aborted = why
                     self.runner.cancel_loop()
                     return
-            await trio.sleep(CONTROL_POLL_S)
+            self._due = self.looked_at + CONTROL_POLL_S
+
+    async def watch_for_abort(self, iteration: int) -> None:
+        """The watch for one call, of turn ``iteration`` (``call_started``, then ``watch_calls``)."""
+        self.call_started(iteration)
+        await self.watch_calls()
 
     def late_controls(self, outcome: str) -> None:
         """Controls that arrived after the run's last model request: the run ended as it would

@@ -27,10 +27,11 @@ class Controls(Database):
         return self._transaction(work)
 
     def controls_after(self, run_id: str, n: int) -> list[tuple[int, str, str | None, int | None]]:
-        """Controls numbered ``n`` or more: ``(n, kind, message, consumed_at_iteration)``."""
-        with self._lock:
-            return [tuple(r) for r in self.db.execute(  # type: ignore[misc]
-                "SELECT n, kind, message, consumed_at FROM controls WHERE run_id=? AND n>=? ORDER BY n", (run_id, n))]
+        """Controls numbered ``n`` or more: ``(n, kind, message, consumed_at_iteration)``. Read on the
+        store's read-only connection: a running loop reads them before each turn and must not wait
+        for the journal thread's commit (``Database._read``)."""
+        return self._read("SELECT n, kind, message, consumed_at FROM controls WHERE run_id=? AND n>=? ORDER BY n",
+                          (run_id, n))
 
     def consume_control(self, run_id: str, n: int, iteration: int) -> None:
         """The run read control ``n`` before turn ``iteration`` (a resume applies it there again)."""

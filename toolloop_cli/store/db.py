@@ -320,6 +320,10 @@ class Database:
         self.path = folder / "state.db"
         self.db = self._connect(folder, create)
         self._lock = threading.RLock()
+        # reads that must not wait for the journal thread's commit (operators' controls) go through a
+        # read-only connection of their own, opened at the first such read (``_read``)
+        self._read_lock = threading.Lock()
+        self._reader: Connection | None = None
         try:
             self.db.execute("PRAGMA busy_timeout=30000")
             mode = self._to_wal()
@@ -400,8 +404,27 @@ class Database:
                 raise
 
     def close(self) -> None:
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         with self._lock:
             self.db.close()
+
+    def _read(self, sql: str, params: Any = ()) -> list[tuple]:
+        """The rows of one read on the store's read-only connection, not behind the lock the journal
+        thread holds through each of its transactions: in WAL mode a reader never waits for the
+        writer, and sees every transaction committed before the read began (another process's
+        too). Only the reader's own lock is taken, which nothing holds across a commit."""
+        with self._read_lock:
+            if self._reader is None:
+                try:
+                    self._reader = Connection(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
+                                                              timeout=30, check_same_thread=False,
+                                                              isolation_level=None), self.path)
+                except sqlite3.Error as exc:
+                    raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
+            return self._reader.execute(sql, params).fetchall()
 
     def _transaction(self, work: Callable[[], Any]) -> Any:
         with self._writing():
