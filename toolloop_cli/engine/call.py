@@ -317,7 +317,7 @@ class GovernedCall:
     (in the worker's fresh scope) goes on with its retries and its receipt."""
 
     __slots__ = ("ctx", "tool", "args", "where", "args_sha", "receipt_id", "frame", "meta", "started", "t0",
-                 "ran", "attempts", "lent")
+                 "ran", "attempts", "lent", "scrubbed_with")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, args_sha256: str | None,
                  receipt_id: str, frame: CallFrame | None, lent: LentDeadline | None = None):
@@ -338,6 +338,10 @@ class GovernedCall:
         self.ran: _Ran | None = None
         self.attempts: _Attempts | None = None
         self.lent = lent
+        #: the run's scrubber (``RunSecrets.scrubber``) as it stood when the receipt's shown values
+        #: were scrubbed with it (or with more), None before that or when the run has no secrets:
+        #: settling scrubs the receipt's record again only where it changed since
+        self.scrubbed_with: Scrubber | None = None
 
     async def run(self) -> tuple[Receipt, Any, dict | None]:
         ctx, tool, where = self.ctx, self.tool, self.where
@@ -403,6 +407,9 @@ class GovernedCall:
         assert ran is not None
         value = ran.outcome.value if ran.outcome.status == "ok" else None
         red = ctx.redactor(tool)
+        run_secrets = ctx.services.secrets
+        # taken before the call's scrubber: a secret the run learns meanwhile makes it stale
+        self.scrubbed_with = run_secrets.scrubber if run_secrets else None
         scrubber = _scrubber(ctx, red, args, value, self.frame)
         _store(ctx, tool, ran, value, scrubber)
         shown_args, result, error, envelope = _shown(red, args, value, ran, scrubber)
