@@ -299,6 +299,10 @@ class _Where:
     receipt_id: str | None = None
 
 
+#: the outcome a call's ``_Ran`` holds until its try replaces it (never changed in place: one for all)
+_NOT_TRIED = Outcome("ok")
+
+
 @dataclass(slots=True)
 class _Ran:
     """What running (or looking up) a call gave: its outcome and how it was reached."""
@@ -346,7 +350,7 @@ class GovernedCall:
     async def run(self) -> tuple[Receipt, Any, dict | None]:
         ctx, tool, where = self.ctx, self.tool, self.where
         # a call whose result is not cached needs nothing looked up (no coroutine to await)
-        self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
+        self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(_NOT_TRIED))
         if ran.cache != "hit":
             lent = self.lent
             if (lent is not None and self.frame is None and not self.meta and tool.max_in_flight is None
@@ -409,8 +413,8 @@ class GovernedCall:
         red = ctx.redactor(tool)
         run_secrets = ctx.services.secrets
         # taken before the call's scrubber: a secret the run learns meanwhile makes it stale
-        self.scrubbed_with = run_secrets.scrubber if run_secrets else None
-        scrubber = _scrubber(ctx, red, args, value, self.frame)
+        self.scrubbed_with = run_scrubber = run_secrets.scrubber if run_secrets else None
+        scrubber = _scrubber(red, args, value, self.frame, run_secrets, run_scrubber)
         _store(ctx, tool, ran, value, scrubber)
         shown_args, result, error, envelope = _shown(red, args, value, ran, scrubber)
         receipt = Receipt(
@@ -495,19 +499,20 @@ class _Checked:
         self.cache.put(key, tool, result)
 
 
-def _scrubber(ctx: RunContext, red: Redactor, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:
+def _scrubber(red: Redactor, args: dict, value: Any, frame: CallFrame | None, run_secrets: Any,
+              run_scrubber: Scrubber | None) -> Scrubber | None:
     """The values this call redacts (``red``: its tool's redactor), and those its dispatched calls
     redacted, are hidden wherever they appear in what is written, not only at their pointers (a
-    result may quote an argument)."""
-    run_secrets = ctx.services.secrets  # credentials the run read, values a model proposed
+    result may quote an argument); with them the run's secrets (``run_secrets``: credentials the
+    run read, values a model proposed; ``run_scrubber`` their scrubber, None when there are none)."""
     if not (red.active or (frame is not None and frame.secrets)):
-        return run_secrets.scrubber if run_secrets else None
+        return run_scrubber
     secrets = red.secrets(args) + red.secrets(value) if red.active else []
     if frame is not None:
         secrets += frame.secrets
     if not secrets:
-        return run_secrets.scrubber if run_secrets else None
-    return Scrubber(secrets + run_secrets.values()) if run_secrets else Scrubber(secrets)
+        return run_scrubber
+    return Scrubber(secrets + run_secrets.values()) if run_scrubber is not None else Scrubber(secrets)
 
 
 def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scrubber | None) -> None:
