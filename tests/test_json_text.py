@@ -149,3 +149,21 @@ def test_an_exception_from_app_code_is_named_even_when_its_text_fails():
 
     assert error_text(Broken()) == "Broken"
     assert error_text(ValueError("x" * 1000)).startswith("ValueError: xxx") and len(error_text(ValueError("x" * 1000))) < 200
+
+
+def test_wide_number_tells_19_digits_in_a_row_as_the_search_does():
+    # counting the digits first answers most lines without the search; the answer is the search's
+    import random
+    import re
+
+    from toolloop_cli._json import wide_number
+
+    search = re.compile(rb"\d{19}")
+    rng = random.Random(27)
+    alphabet = b'0123456789ab "{}:,\xff\x00\xd9\xa0'
+    cases = [b"", b"1" * 18, b"1" * 19, b"1" * 18 + b"x" + b"1" * 18, b'{"n": 12345678901234567890}',
+             b'{"item_key": "i1234", "calls": [{"tool": "noop_async", "args": {}}]}', "١٢٣".encode() * 10]
+    cases += [bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 80))) for _ in range(20000)]
+    cases += [bytes(rng.choice(b"0123456789x") for _ in range(rng.randint(15, 60))) for _ in range(20000)]
+    for raw in cases:
+        assert wide_number(raw) == (search.search(raw) is not None), raw

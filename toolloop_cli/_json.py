@@ -21,13 +21,17 @@ MAX_DEPTH = 10_000
 
 _I64_MIN = -(1 << 63)
 _U64_MAX = (1 << 64) - 1
-# 19 digits in a row may be an integer orjson would read as a float (or refuse as infinite)
-_WIDE_NUMBER = re.compile(rb"\d{19}")
+# 19 digits in a row may be an integer orjson would read as a float (or refuse as infinite);
+# ``[0-9]`` is what ``\d`` means in a bytes pattern, searched about twice as fast
+_WIDE_NUMBER = re.compile(rb"[0-9]{19}")
+#: every byte but the digits: a text with fewer than 19 digits in all has no 19 in a row, which
+#: deleting the rest tells at a fraction of the search's cost (once a line of ``--lanes``)
+_NOT_DIGITS = bytes(b for b in range(256) if not 0x30 <= b <= 0x39)
 
 
 def wide_number(raw: bytes) -> bool:
     """Whether ``raw`` may hold an integer that orjson reads inexactly (as a float) or refuses."""
-    return _WIDE_NUMBER.search(raw) is not None
+    return len(raw) >= 19 and len(raw.translate(None, _NOT_DIGITS)) >= 19 and _WIDE_NUMBER.search(raw) is not None
 
 
 class JSONEncodeError(TypeError):

@@ -136,6 +136,23 @@ def command_line() -> Any:
     return root
 
 
+#: the collector's youngest generation is examined every this many new containers (Python's own
+#: default is 700): see ``collect_less_often``
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def collect_less_often() -> None:
+    """Run the cycle collector less often in this process. A batch allocates and frees many small
+    containers a call (records, receipts, coroutines) and keeps few of them: examined every 700
+    allocations, the survivors of the moment were examined over and over, about 7 % of a batch's
+    instructions; every 10,000 they are examined a fourteenth as often. Cycles are still
+    collected, a little later. Set for the command line's own process only (a library caller
+    keeps its own settings)."""
+    import gc
+
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 def main() -> None:
     """Console-script entry point: user mistakes end with a message and an exit code, never a
     traceback; anything else is a bug in toolloop, named on one line (exit 70)."""
@@ -147,6 +164,7 @@ def main() -> None:
 
     forget_start_folder()
     guard_standard_streams()
+    collect_less_often()
     try:
         if _wants_sarif(sys.argv[1:]):
             _validate_with_sarif_errors()

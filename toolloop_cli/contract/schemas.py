@@ -198,14 +198,50 @@ def _regex_problem(regex: str) -> str | None:
     return None
 
 
+#: keywords that never make a value invalid (annotations): a schema of only these (and ``type:
+#: object`` and a permissive ``additionalProperties``) is checked without the compiled validator
+_ANNOTATIONS = frozenset({"title", "description", "$comment", "examples", "default", "deprecated",
+                          "readOnly", "writeOnly"})
+
+
+def _trivial(schema: Any) -> str | None:
+    """``"any"`` for a schema every value passes (``true``, ``{}``), ``"object"`` for exactly
+    ``{type: object}`` (or with ``additionalProperties: true``), ``"empty"`` for ``{type: object,
+    additionalProperties: false}`` with no properties; None for any other schema. Annotation
+    keywords may stand beside them."""
+    if schema is True:
+        return "any"
+    if type(schema) is not dict or not all(k in _ANNOTATIONS for k in schema.keys() - {"type", "additionalProperties"}):
+        return None
+    kind, extra = schema.get("type", None), schema.get("additionalProperties", True)
+    if "type" in schema and kind != "object":
+        return None
+    if extra is not True and extra is not False:
+        return None
+    if "type" not in schema:
+        return "any" if extra is True else None
+    return "object" if extra is True else "empty"
+
+
 def compile_validator(schema: Any, mask: bool) -> Any:
-    """A fast validator (jsonschema-rs) that never retrieves anything, bounded as below."""
+    """A fast validator (jsonschema-rs) that never retrieves anything, bounded as below; None for
+    a schema every value passes (nothing to call), and for a bare object schema one that answers
+    ``is_valid`` of a dict with a type test (``ObjectValidator``). Every value a validator is asked
+    about has passed as JSON already (arguments parsed from JSON, copied through it or bounded by
+    ``value_problem``, results serialised by the output gate first), which is all the compiled
+    validator would refuse beyond the schema."""
     import jsonschema_rs
 
+    trivial = _trivial(schema)
+    if trivial == "any":
+        return None
     kwargs: dict[str, Any] = {"offline": True}
     if mask:
         kwargs["mask"] = REDACTED
-    return BoundedValidator(jsonschema_rs.validator_for(schema, **kwargs))
+    inner = jsonschema_rs.validator_for(schema, **kwargs)
+    if trivial is not None:
+        return ObjectValidator(inner, empty=trivial == "empty")
+    return BoundedValidator(inner)
 
 
 class InstanceProblem:
@@ -248,6 +284,22 @@ class BoundedValidator:
             yield from self._inner.iter_errors(instance)
         except ValueError as exc:  # not JSON at all: a key that is not text, an object of a class
             yield InstanceProblem(f"the value cannot be checked: it is not JSON ({clip_quoting(str(exc), '')})")
+
+
+class ObjectValidator(BoundedValidator):
+    """A bare object schema's validator: valid is a dict (``empty``: with no key), decided by a
+    type test; the compiled validator gives the errors of a value that is not, word for word."""
+
+    __slots__ = ("_empty",)
+
+    def __init__(self, inner: Any, *, empty: bool):
+        super().__init__(inner)
+        self._empty = empty
+
+    def is_valid(self, instance: Any) -> bool:
+        if type(instance) is dict:
+            return not (self._empty and instance)
+        return super().is_valid(instance)  # not a plain dict: the compiled validator says
 
 
 def schema_errors(validator: Any, instance: Any, limit: int = 10) -> list[str]:

@@ -299,6 +299,10 @@ class _Where:
     receipt_id: str | None = None
 
 
+#: the outcome a call's ``_Ran`` holds until its try replaces it (never changed in place: one for all)
+_NOT_TRIED = Outcome("ok")
+
+
 @dataclass(slots=True)
 class _Ran:
     """What running (or looking up) a call gave: its outcome and how it was reached."""
@@ -317,7 +321,7 @@ class GovernedCall:
     (in the worker's fresh scope) goes on with its retries and its receipt."""
 
     __slots__ = ("ctx", "tool", "args", "where", "args_sha", "receipt_id", "frame", "meta", "started", "t0",
-                 "ran", "attempts", "lent")
+                 "ran", "attempts", "lent", "scrubbed_with")
 
     def __init__(self, ctx: RunContext, tool: ToolSpec, args: dict, where: _Where, args_sha256: str | None,
                  receipt_id: str, frame: CallFrame | None, lent: LentDeadline | None = None):
@@ -338,11 +342,15 @@ class GovernedCall:
         self.ran: _Ran | None = None
         self.attempts: _Attempts | None = None
         self.lent = lent
+        #: the run's scrubber (``RunSecrets.scrubber``) as it stood when the receipt's shown values
+        #: were scrubbed with it (or with more), None before that or when the run has no secrets:
+        #: settling scrubs the receipt's record again only where it changed since
+        self.scrubbed_with: Scrubber | None = None
 
     async def run(self) -> tuple[Receipt, Any, dict | None]:
         ctx, tool, where = self.ctx, self.tool, self.where
         # a call whose result is not cached needs nothing looked up (no coroutine to await)
-        self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(Outcome("ok")))
+        self.ran = ran = (await _cached(ctx, tool, self.args) if _reads_cache(ctx, tool) else _Ran(_NOT_TRIED))
         if ran.cache != "hit":
             lent = self.lent
             if (lent is not None and self.frame is None and not self.meta and tool.max_in_flight is None
@@ -403,7 +411,10 @@ class GovernedCall:
         assert ran is not None
         value = ran.outcome.value if ran.outcome.status == "ok" else None
         red = ctx.redactor(tool)
-        scrubber = _scrubber(ctx, red, args, value, self.frame)
+        run_secrets = ctx.services.secrets
+        # taken before the call's scrubber: a secret the run learns meanwhile makes it stale
+        self.scrubbed_with = run_scrubber = run_secrets.scrubber if run_secrets else None
+        scrubber = _scrubber(red, args, value, self.frame, run_secrets, run_scrubber)
         _store(ctx, tool, ran, value, scrubber)
         shown_args, result, error, envelope = _shown(red, args, value, ran, scrubber)
         receipt = Receipt(
@@ -488,19 +499,20 @@ class _Checked:
         self.cache.put(key, tool, result)
 
 
-def _scrubber(ctx: RunContext, red: Redactor, args: dict, value: Any, frame: CallFrame | None) -> Scrubber | None:
+def _scrubber(red: Redactor, args: dict, value: Any, frame: CallFrame | None, run_secrets: Any,
+              run_scrubber: Scrubber | None) -> Scrubber | None:
     """The values this call redacts (``red``: its tool's redactor), and those its dispatched calls
     redacted, are hidden wherever they appear in what is written, not only at their pointers (a
-    result may quote an argument)."""
-    run_secrets = ctx.services.secrets  # credentials the run read, values a model proposed
+    result may quote an argument); with them the run's secrets (``run_secrets``: credentials the
+    run read, values a model proposed; ``run_scrubber`` their scrubber, None when there are none)."""
     if not (red.active or (frame is not None and frame.secrets)):
-        return run_secrets.scrubber if run_secrets else None
+        return run_scrubber
     secrets = red.secrets(args) + red.secrets(value) if red.active else []
     if frame is not None:
         secrets += frame.secrets
     if not secrets:
-        return run_secrets.scrubber if run_secrets else None
-    return Scrubber(secrets + run_secrets.values()) if run_secrets else Scrubber(secrets)
+        return run_scrubber
+    return Scrubber(secrets + run_secrets.values()) if run_scrubber is not None else Scrubber(secrets)
 
 
 def _store(ctx: RunContext, tool: ToolSpec, ran: _Ran, value: Any, scrubber: Scrubber | None) -> None:

@@ -86,6 +86,7 @@ class _LaneRun:
                 continue
             args = self.current_args = verdict.args
             sha = call.args_sha256 if args is call.args else None
+            scrubbed_with = None  # the run's scrubber the call path scrubbed the receipt with
             try:
                 if self.lent is None:
                     receipt, _value, envelope = await execute_call(
@@ -96,12 +97,12 @@ class _LaneRun:
                         self.ctx, call.tool, args, self.lent, seq=call.seq, item_key=call.item_key,
                         call_key=call.call_key, args_sha256=sha, approval=verdict.approval)
                     receipt, _value, envelope = await governed.run()
-                    self.in_call = None
+                    self.in_call, scrubbed_with = None, governed.scrubbed_with
             except ChildPaused as paused:  # a child run waits for a person: the lane pauses with it
                 self.in_call = None
                 self._pause(call, paused.child_run_id)
                 return
-            self._ended(call, receipt, envelope)
+            self._ended(call, receipt, envelope, scrubbed_with)
 
     def _pause(self, call: AdmittedCall, child_run_id: str | None = None) -> None:
         for c in self.calls[self.pos:]:
@@ -128,11 +129,11 @@ class _LaneRun:
             self._pause(self.calls[self.pos], paused.child_run_id)
             return
         self.in_call = None
-        self._ended(self.calls[self.pos], receipt, envelope)
+        self._ended(self.calls[self.pos], receipt, envelope, governed.scrubbed_with)
 
-    def _ended(self, call: AdmittedCall, receipt: Receipt, envelope: dict | None) -> None:
+    def _ended(self, call: AdmittedCall, receipt: Receipt, envelope: dict | None, scrubbed_with: Any = None) -> None:
         self.pos += 1
-        self.settlement.settle(receipt)
+        self.settlement.settle(receipt, scrubbed_with)
         if receipt.status != "ok":
             self.stop_reason = f"call '{call.call_key}' in this lane ended {receipt.status}"
         elif envelope is not None:

@@ -178,15 +178,23 @@ _OWN_FIELDS = frozenset({
 _SCALARS = frozenset({type(None), bool, int, float})
 
 
-def scrub_record(rec: dict, secrets: Any) -> dict:
+#: a receipt's fields that the call path shows scrubbed already (``call._shown``): with its own
+#: fields, left as they are in the record of a receipt it scrubbed with the run's secrets
+_SHOWN_SCRUBBED = _OWN_FIELDS | {"args", "result", "envelope"}
+
+
+def scrub_record(rec: dict, secrets: Any, *, shown_scrubbed: bool = False) -> dict:
     """A record with ``secrets`` (``RunSecrets`` or a ``Scrubber``) scrubbed from every field
     that may hold what a tool, a model or a person wrote: one pass over the record, with the
-    scrubber looked up once (a field's string scrubbed at once, a number or null left as it is)."""
+    scrubber looked up once (a field's string scrubbed at once, a number or null left as it is).
+    ``shown_scrubbed``: the record is of a receipt whose arguments, result and envelope the call
+    path scrubbed of these very secrets as it built them; they are not walked a second time."""
     scrubber = secrets.scrubber if isinstance(secrets, RunSecrets) else secrets
     if not scrubber:
         return rec
     text, deep = scrubber.text, scrubber.deep
-    return {k: v if k in _OWN_FIELDS or type(v) in _SCALARS else text(v) if type(v) is str else deep(v)
+    skip = _SHOWN_SCRUBBED if shown_scrubbed else _OWN_FIELDS
+    return {k: v if k in skip or type(v) in _SCALARS else text(v) if type(v) is str else deep(v)
             for k, v in rec.items()}
 
 

@@ -97,9 +97,15 @@ class Settlement:
         #: the run's ``RunSecrets``: scrubbed from every record before it is journaled
         self.secrets = secrets
 
-    def _record_of(self, receipt: Receipt) -> dict[str, Any]:
+    def _record_of(self, receipt: Receipt, scrubbed_with: Any = None) -> dict[str, Any]:
+        """The receipt's record, scrubbed of the run's secrets; ``scrubbed_with``: the run's scrubber
+        the call path scrubbed the receipt's shown values with (``GovernedCall.scrubbed_with``),
+        which are then not walked again while it is still the run's."""
         rec = receipt.as_record()
-        return scrub_record(rec, self.secrets) if self.secrets else rec
+        secrets = self.secrets
+        if not secrets:
+            return rec
+        return scrub_record(rec, secrets, shown_scrubbed=scrubbed_with is not None and scrubbed_with is secrets.scrubber)
 
     # -- what comes in ------------------------------------------------------------------------
 
@@ -111,15 +117,15 @@ class Settlement:
         """Kept receipts with these seqs are in the journal exactly as they will be emitted."""
         self._journaled = frozenset(seqs)
 
-    def settle(self, receipt: Receipt) -> None:
-        """A call of this session ended (or will never run)."""
+    def settle(self, receipt: Receipt, scrubbed_with: Any = None) -> None:
+        """A call of this session ended (or will never run). ``scrubbed_with``: see ``_record_of``."""
         self.counts[receipt.status] += 1
         for listener in self.listeners:
             listener(receipt)
         for observer in self.observers:
             observer(receipt)
         if self._journal is not None:
-            rec = self._record_of(receipt)
+            rec = self._record_of(receipt, scrubbed_with)
             if self.completion_order or receipt.seq == self._next_seq():
                 # emitted right now: one step commits it, then hands it on (still in completion order)
                 self._fresh = (receipt.seq, rec)
