@@ -239,3 +239,12 @@ def test_a_mistake_is_still_found_by_the_models(tmp_path):
     found = json.loads(out)
     assert [(f["code"], f["line"], f["col"], f["message"]) for f in found] == [
         ("TL201", 6, 18, "unknown key 'arsg'")]
+
+
+def test_a_whole_number_past_any_float_is_left_to_the_models():
+    """A number field holding a whole number too large for a float (as a fuzzed registry wrote)
+    is not read plainly: the models then say what is wrong, where ``float()`` raised before."""
+    huge = 10 ** 400
+    assert quick.read(quick.RUNNER_DEFAULTS, {"tool_timeout_s": huge}) is None
+    with pytest.raises(ValidationError):
+        cm.RunnerDefaults.model_validate({"tool_timeout_s": huge})

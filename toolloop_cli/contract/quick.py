@@ -107,7 +107,10 @@ def _number(gt: float | None = None, ge: float | None = None) -> Rule:
     def rule(v: Any) -> tuple[Any, Any]:
         if type(v) not in (int, float):
             raise _No
-        x = float(v)  # a whole number in a number's place is the number, as the model makes it
+        try:
+            x = float(v)  # a whole number in a number's place is the number, as the model makes it
+        except OverflowError:  # a whole number past any float: the model's own check says so
+            raise _No from None
         if not math.isfinite(x) or (gt is not None and not x > gt) or (ge is not None and not x >= ge):
             raise _No
         return x, x
