@@ -153,3 +153,21 @@ def state_rows(tmp_path, sql: str) -> list[tuple]:
         return db.execute(sql).fetchall()
     finally:
         db.close()
+
+
+def recorded_suite(folder, export: bytes, expect: str) -> None:
+    """``suite.yml`` in ``folder``: one case, ``recorded``, of ``plan.yml`` with ``tools: recorded``
+    over ``export`` (written as its fixture, ``fixture.jsonl``), expecting ``expect`` (YAML flow)."""
+    from conftest import write
+
+    write(folder / "fixture.jsonl", export.decode())
+    write(folder / "suite.yml", f"""
+        version: 1
+        kind: suite
+        cases:
+          - name: recorded
+            plan: plan.yml
+            fixture: fixture.jsonl
+            tools: recorded
+            expect: {expect}
+    """)

@@ -46,7 +46,8 @@ def watched(abort_at: float, gate_s: float) -> tuple[Journal, list[float], Super
         assert not supervision.abort_waiting()  # the runner's look before the gate
         await trio.sleep(gate_s)
         with trio.fail_after(100):
-            await supervision.watch_for_abort(1)
+            supervision.call_started(1)
+            await supervision.watch_calls()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     return journal, cancelled, supervision

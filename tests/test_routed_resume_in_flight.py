@@ -13,7 +13,7 @@ import sys
 from types import SimpleNamespace
 
 from conftest import jsonl, write
-from regkit import openai_profile, registry_yaml, routed_plan_yaml, state_rows
+from regkit import openai_profile, recorded_suite, registry_yaml, routed_plan_yaml, state_rows
 from test_resume import wait_for
 from test_store import read_log
 
@@ -65,17 +65,7 @@ def test_a_write_in_flight_counts_toward_max_calls_when_the_routed_run_resumes(t
     # write's copy is known by its form, so the model's second proposal is rejected there too
     exported = cli("runs", "export", run_id)
     assert exported.returncode == 0, exported.stderr.decode()
-    write(tmp_path / "fixture.jsonl", exported.stdout.decode())
-    write(tmp_path / "suite.yml", """
-        version: 1
-        kind: suite
-        cases:
-          - name: recorded
-            plan: plan.yml
-            fixture: fixture.jsonl
-            tools: recorded
-            expect: {final: {answer: 1}, calls: [{tool: log_gate, status: interrupted}]}
-    """)
+    recorded_suite(tmp_path, exported.stdout, "{final: {answer: 1}, calls: [{tool: log_gate, status: interrupted}]}")
     case = cli("test", str(tmp_path / "suite.yml"))
     assert case.returncode == 0, case.stdout.decode() + case.stderr.decode()
     assert read_log(tmp_path / "log") == ["w"]

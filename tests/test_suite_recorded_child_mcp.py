@@ -11,8 +11,8 @@ import json
 import sys
 
 from conftest import jsonl, write
-from regkit import openai_profile
-from test_suite_recorded_mcp import FINAL, KEY, SERVER, recorded_suite, starts
+from regkit import openai_profile, recorded_suite
+from test_suite_recorded_mcp import FINAL, KEY, SERVER, one_call_suite, starts
 
 
 def call(tool: str, args: dict) -> str:
@@ -83,7 +83,7 @@ def test_a_recorded_case_whose_child_plan_has_mcp_tools_starts_no_server(tmp_pat
     assert exported.returncode == 0, exported.stderr.decode()
     offer = jsonl(exported.stdout)[0]["mcp_tools"]["k/srv"]  # the child run's server's offer
     assert offer["name"] == "echo" and offer["input_schema"]["required"] == ["text"]
-    recorded_suite(tmp_path, exported.stdout, "research")
+    one_call_suite(tmp_path, exported.stdout, "research")
     before = starts(tmp_path)
     proc = cli("test", str(tmp_path / "suite.yml"))
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()
@@ -123,17 +123,7 @@ def test_a_recorded_case_whose_child_plan_was_never_called_starts_no_server(tmp_
     assert exported.returncode == 0, exported.stderr.decode()
     offer = jsonl(exported.stdout)[0]["mcp_tools"]["k/srv"]
     assert offer["name"] == "echo" and offer["input_schema"]["required"] == ["text"]
-    write(tmp_path / "fixture.jsonl", exported.stdout.decode())
-    write(tmp_path / "suite.yml", """
-        version: 1
-        kind: suite
-        cases:
-          - name: recorded
-            plan: plan.yml
-            fixture: fixture.jsonl
-            tools: recorded
-            expect: {final: {answer: hi}}
-    """)
+    recorded_suite(tmp_path, exported.stdout, "{final: {answer: hi}}")
     before = starts(tmp_path)
     proc = cli("test", str(tmp_path / "suite.yml"))
     assert proc.returncode == 0, proc.stdout.decode() + proc.stderr.decode()

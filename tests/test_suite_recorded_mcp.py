@@ -10,7 +10,7 @@ import json
 import sys
 
 from conftest import ROOT, jsonl, write
-from regkit import openai_profile
+from regkit import openai_profile, recorded_suite
 
 SERVER = ROOT / "tests" / "mcp_stdio_server.py"
 KEY = "sk-suite-mcp-canary"
@@ -50,20 +50,10 @@ def starts(tmp_path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def recorded_suite(tmp_path, export: bytes, tool: str) -> None:
-    """``suite.yml``: one case of ``plan.yml`` with ``tools: recorded`` over ``export`` (the
-    fixture), whose one call, of ``tool``, is ok and whose final answer is ``{answer: hi}``."""
-    write(tmp_path / "fixture.jsonl", export.decode())
-    write(tmp_path / "suite.yml", f"""
-        version: 1
-        kind: suite
-        cases:
-          - name: recorded
-            plan: plan.yml
-            fixture: fixture.jsonl
-            tools: recorded
-            expect: {{final: {{answer: hi}}, calls: [{{tool: {tool}, status: ok}}]}}
-    """)
+def one_call_suite(tmp_path, export: bytes, tool: str) -> None:
+    """``suite.yml``: one recorded case over ``export`` whose one call, of ``tool``, is ok and
+    whose final answer is ``{answer: hi}``."""
+    recorded_suite(tmp_path, export, f"{{final: {{answer: hi}}, calls: [{{tool: {tool}, status: ok}}]}}")
 
 
 def test_a_recorded_case_over_mcp_tools_with_server_schemas_starts_no_server(tmp_path, model_server, cli):
@@ -78,7 +68,7 @@ def test_a_recorded_case_over_mcp_tools_with_server_schemas_starts_no_server(tmp
     offer = manifest["mcp_tools"]["t/srv"]
     assert offer["name"] == "echo" and offer["description"] == "Say the text back."
     assert offer["input_schema"]["required"] == ["text"]
-    recorded_suite(tmp_path, exported.stdout, "srv")
+    one_call_suite(tmp_path, exported.stdout, "srv")
     before = starts(tmp_path)
     asked = len(model_server.requests)
     proc = cli("test", str(tmp_path / "suite.yml"))

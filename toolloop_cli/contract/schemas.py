@@ -213,13 +213,13 @@ def _trivial(schema: Any) -> str | None:
         return "any"
     if type(schema) is not dict or not all(k in _ANNOTATIONS for k in schema.keys() - {"type", "additionalProperties"}):
         return None
-    kind, extra = schema.get("type", None), schema.get("additionalProperties", True)
-    if "type" in schema and kind != "object":
-        return None
+    extra = schema.get("additionalProperties", True)
     if extra is not True and extra is not False:
         return None
     if "type" not in schema:
         return "any" if extra is True else None
+    if schema["type"] != "object":
+        return None
     return "object" if extra is True else "empty"
 
 

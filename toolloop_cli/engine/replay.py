@@ -36,7 +36,8 @@ def prepare_replay(store: Store, run: dict, *, offline: bool, execute_writes: bo
     receipts = store.receipts_of(run["run_id"])
     # the recording's writes that were in flight: their copies still count as made (``rerun.py``)
     recording = Recording(answers=store.model_answers_of(run["run_id"]), receipts={r["seq"]: r for r in receipts},
-                          started=recorded_starts(store, run["run_id"], receipts), replay=True, offline=offline, execute_writes=execute_writes,
+                          started=recorded_starts(store, run["run_id"], receipts), replay=True, offline=offline,
+                          execute_writes=execute_writes,
                           pauses=_pauses_gone_past(store, run))
     return plan, recording
 

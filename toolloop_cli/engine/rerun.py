@@ -84,5 +84,8 @@ def in_flight_by_form(receipts: Iterable[dict]) -> set[int]:
     ``interrupted``, no attempt) with its message. A tool's own failure never has that shape (it
     had an attempt, and its error's kind is its own)."""
     return {r["seq"] for r in receipts if r.get("status") == "interrupted" and not r.get("attempts")
-            and (r.get("error") or {}).get("kind") == "interrupted"
-            and (r.get("error") or {}).get("message") in _IN_FLIGHT_TEXTS}
+            and _engine_in_flight(r.get("error") or {})}
+
+
+def _engine_in_flight(error: dict) -> bool:
+    return error.get("kind") == "interrupted" and error.get("message") in _IN_FLIGHT_TEXTS

@@ -373,7 +373,8 @@ def prepare_routed_journal(store: Store, run: dict, *, retry_failed: bool = Fals
     answers = store.model_answers_of(run_id)
     pauses = frozenset((rec["iteration"], rec["rule"]) for _before, rec in store.records_of(run_id)
                        if rec.get("type") == "supervisor" and rec.get("action") == "pause")
-    return Recording(answers=answers, receipts={r["seq"]: r for r in receipts}, started=recorded_starts(store, run_id, receipts),
+    return Recording(answers=answers, receipts={r["seq"]: r for r in receipts},
+                     started=recorded_starts(store, run_id, receipts),
                      retry_failed=retry_failed, retry_interrupted=retry_interrupted,
                      seconds_used=seconds_used(receipts, answers), pauses=pauses,
                      fork=Fork.from_options(run["options"]))

@@ -105,7 +105,7 @@ class Settlement:
         secrets = self.secrets
         if not secrets:
             return rec
-        return scrub_record(rec, secrets, shown_scrubbed=scrubbed_with is not None and scrubbed_with is secrets.scrubber)
+        return scrub_record(rec, secrets, shown_scrubbed=scrubbed_with is secrets.scrubber)
 
     # -- what comes in ------------------------------------------------------------------------
 

@@ -152,11 +152,6 @@ class Supervision:
                     return
             self._due = self.looked_at + CONTROL_POLL_S
 
-    async def watch_for_abort(self, iteration: int) -> None:
-        """The watch for one call, of turn ``iteration`` (``call_started``, then ``watch_calls``)."""
-        self.call_started(iteration)
-        await self.watch_calls()
-
     def late_controls(self, outcome: str) -> None:
         """Controls that arrived after the run's last model request: the run ended as it would
         have, and each is recorded as having come too late (so nothing an operator sent vanishes)."""

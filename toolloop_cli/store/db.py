@@ -356,10 +356,14 @@ class Database:
             new_folder = not folder.exists()
             folder.mkdir(parents=True, exist_ok=True)
             _keep_out_of_git(folder, new_folder or folder.name == ".toolloop")
-            return Connection(sqlite3.connect(self.path, timeout=30, check_same_thread=False,
-                                              isolation_level=None), self.path)
+            return self._open(self.path)
         except (OSError, sqlite3.Error) as exc:
             raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
+
+    def _open(self, target: Any, *, uri: bool = False) -> Connection:
+        """A connection to the store's file (``target``: its path, or a URI of it with ``uri``)."""
+        return Connection(sqlite3.connect(target, uri=uri, timeout=30, check_same_thread=False,
+                                          isolation_level=None), self.path)
 
     def _to_wal(self) -> str:
         # Switching a new file to WAL takes an exclusive lock and, when another process does the
@@ -419,9 +423,7 @@ class Database:
         with self._read_lock:
             if self._reader is None:
                 try:
-                    self._reader = Connection(sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                                              timeout=30, check_same_thread=False,
-                                                              isolation_level=None), self.path)
+                    self._reader = self._open(f"{self.path.resolve().as_uri()}?mode=ro", uri=True)
                 except sqlite3.Error as exc:
                     raise UsageError(f"cannot open the state database {self.path}: {exc}") from None
             return self._reader.execute(sql, params).fetchall()
